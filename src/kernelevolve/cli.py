@@ -1,0 +1,377 @@
+"""The command line: the only place that prints or exits.
+
+Progress goes to stderr; `--json` puts one JSON document on stdout for scripts. Exit codes:
+0 success (every candidate `ok`), 1 a candidate was not `ok` (its verdict says why), 2 bad input
+(spec, paths, settings, platform), 3 the harness itself failed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kernelevolve import __version__
+from kernelevolve.errors import HarnessError, KernelevolveError
+
+app = typer.Typer(
+    name="kernelevolve",
+    help="Search for faster GPU kernels, verified against the PyTorch reference by a harness that cannot be fooled.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+WorkspaceOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--workspace", "-w", help="Workspace directory [env KERNELEVOLVE_WORKSPACE; default ./.kernelevolve]."
+    ),
+]
+PlatformOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--platform", "-p", help="auto | cuda | cpu | rocm (auto: the GPU if present, else the CPU)."
+    ),
+]
+DeviceOpt = Annotated[int | None, typer.Option("--device", help="Device index on a multi-GPU machine.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def _settings(workspace: Path | None, **flags: Any) -> Any:
+    from kernelevolve.config import load_settings
+
+    return load_settings(workspace, flags)
+
+
+def _fail(exc: KernelevolveError) -> None:
+    err.print(f"[bold red]error:[/] {exc.message}")
+    if exc.hint:
+        err.print(f"[dim]hint: {exc.hint}[/]")
+    raise typer.Exit(3 if isinstance(exc, HarnessError) else 2)
+
+
+def _fmt_x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _progress(total: int) -> Any:
+    state = {"done": 0}
+
+    def on_event(event: str, label: str, detail: Any) -> None:
+        name = Path(label).name
+        if event == "profile":
+            err.print(f"[dim]hardware profile of {label}: cached in the workspace, or measured now (once)[/]")
+        elif event == "start":
+            err.print(f"[dim]{name}: static guards, then a prepared worker[/]")
+        elif event == "phase":
+            err.print(f"[dim]{name}: {detail}[/]")
+        elif event == "done":
+            state["done"] += 1
+            colour = "green" if detail.ok else "red"
+            err.print(
+                f"[{colour}][{state['done']}/{total}] {name}: {detail.status}[/] {detail.message[:200]}"
+            )
+
+    return on_event
+
+
+@app.command("eval")
+def eval_cmd(
+    spec: Annotated[Path, typer.Argument(help="The spec: a KernelBench-format .py file.")],
+    candidates: Annotated[
+        list[Path], typer.Argument(help="Candidate .py files defining ModelNew, or folders of them.")
+    ],
+    platform: PlatformOpt = None,
+    device: DeviceOpt = None,
+    baseline: Annotated[
+        str | None, typer.Option(help="Baseline fitness is measured against: compile | eager.")
+    ] = None,
+    no_compile: Annotated[
+        bool, typer.Option("--no-compile", help="Skip the torch.compile baseline (eager only).")
+    ] = False,
+    workers: Annotated[int | None, typer.Option(help="Candidates evaluated at once (0: auto).")] = None,
+    timing_budget: Annotated[float | None, typer.Option(help="Seconds of timing per shape.")] = None,
+    compile_timeout: Annotated[
+        float | None, typer.Option(help="Seconds allowed to import and compile.")
+    ] = None,
+    run_timeout: Annotated[float | None, typer.Option(help="Seconds allowed to check and time.")] = None,
+    memory_limit_gb: Annotated[
+        float | None, typer.Option(help="Memory limit of a candidate's worker.")
+    ] = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Evaluate candidates against a spec: guards, correctness, timing against live baselines.
+
+    \b
+    Examples:
+      kernelevolve eval examples/softmax/spec.py examples/softmax/triton_online.py
+      kernelevolve eval examples/softmax/spec.py examples/softmax/ --platform cpu --json
+    With one candidate, --json prints its verdict; with several, {"spec": ..., "verdicts": [...]}.
+    """
+    from kernelevolve import jobs
+
+    try:
+        settings = _settings(
+            workspace,
+            platform=platform,
+            device=device,
+            fitness_baseline=baseline,
+            baselines=["eager"] if no_compile else None,
+            workers=workers,
+            timing_budget_s=timing_budget,
+            compile_timeout_s=compile_timeout,
+            run_timeout_s=run_timeout,
+            memory_limit_gb=memory_limit_gb,
+        )
+        files = jobs.expand_candidates(candidates, spec)
+        loaded, verdicts = jobs.evaluate(spec, files, settings, on_event=_progress(len(files)))
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        doc: Any = verdicts[0].to_dict() if len(verdicts) == 1 else {
+            "spec": loaded.summary(), "verdicts": [v.to_dict() for v in verdicts]
+        }  # fmt: skip
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    else:
+        _print_verdicts(verdicts)
+    raise typer.Exit(0 if all(v.ok for v in verdicts) else 1)
+
+
+def _print_verdicts(verdicts: list[Any]) -> None:
+    table = Table(title="verdicts", show_lines=False)
+    for col in ("candidate", "status", "correct", "vs eager", "vs compile", "roofline", "spread"):
+        table.add_column(col)
+    for v in verdicts:
+        table.add_row(
+            Path(v.candidate).name,
+            str(v.status),
+            "yes" if v.correct else "no",
+            _fmt_x(v.speedup_vs_eager),
+            _fmt_x(v.speedup_vs_compile),
+            "-" if v.roofline_fraction is None else f"{v.roofline_fraction:.0%}",
+            "-" if v.spread is None else f"{v.spread:.1%}",
+        )
+    out.print(table)
+    for v in verdicts:
+        out.print(f"[bold]{Path(v.candidate).name}[/]: {v.message}")
+        for violation in v.violations[:5]:
+            out.print(f"  - {violation}")
+        if v.timed and v.shapes:
+            shapes = Table(show_header=True, box=None, padding=(0, 2))
+            for col in (
+                "shape",
+                "weight",
+                "candidate",
+                "eager",
+                "compile",
+                "vs eager",
+                "vs compile",
+                "graphs",
+                "roofline",
+                "bound",
+            ):
+                shapes.add_column(col)
+            for s in v.shapes:
+                shapes.add_row(
+                    s.name,
+                    f"{s.weight:.2f}",
+                    _us(s.candidate),
+                    _us(s.eager),
+                    _us(s.compile),
+                    _fmt_x(s.speedup_vs_eager),
+                    _fmt_x(s.speedup_vs_compile),
+                    "yes" if s.cuda_graphs else "no",
+                    "-" if s.roofline_fraction is None else f"{s.roofline_fraction:.0%}",
+                    s.bound or "-",
+                )
+            out.print(shapes)
+        if v.log_tail and not v.ok:
+            out.print("[dim]worker log (end):[/]")
+            out.print(v.log_tail[-800:], markup=False, highlight=False)
+        m = v.method
+        if m.device:
+            out.print(
+                f"[dim]method: {m.timer}; {m.l2 or ''}; {m.platform} {m.device}; torch {m.torch}, triton {m.triton}, "
+                f"driver {m.driver}; precision {m.precision_policy}; baselines {', '.join(m.baselines)}[/]"
+            )
+
+
+def _us(stats: Any) -> str:
+    return "-" if stats is None else f"{stats.median_s * 1e6:.1f} us"
+
+
+@app.command()
+def baseline(
+    spec: Annotated[Path, typer.Argument(help="The spec: a KernelBench-format .py file.")],
+    platform: PlatformOpt = None,
+    device: DeviceOpt = None,
+    timing_budget: Annotated[float | None, typer.Option(help="Seconds of timing per shape.")] = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Time the eager and torch.compile baselines per shape, interleaved; cache them in the workspace.
+
+    \b
+    Example:
+      kernelevolve baseline examples/softmax/spec.py --json
+    """
+    from kernelevolve import jobs
+
+    try:
+        settings = _settings(workspace, platform=platform, device=device, timing_budget_s=timing_budget)
+        loaded, rows, key = jobs.baselines(spec, settings)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(
+            json.dumps({"spec": loaded.summary(), "device_key": key, "shapes": rows}, indent=2, default=str)
+            + "\n"
+        )
+        return
+    table = Table(title=f"baselines: {loaded.name} on {key}")
+    for col in ("shape", "weight", "eager", "compile", "compile vs eager", "graphs"):
+        table.add_column(col)
+    for r in rows:
+        eager, comp = r.get("eager"), r.get("compile")
+        ratio = eager["median_s"] / comp["median_s"] if eager and comp else None
+        table.add_row(
+            r["shape"],
+            f"{r['weight']:.2f}",
+            f"{eager['median_s'] * 1e6:.1f} us" if eager else "-",
+            f"{comp['median_s'] * 1e6:.1f} us" if comp else "-",
+            _fmt_x(ratio),
+            "yes" if r["cuda_graphs"] else "no",
+        )
+    out.print(table)
+
+
+@app.command()
+def platforms(
+    measure: Annotated[
+        bool, typer.Option(help="Measure (or read cached) peaks of the present platforms.")
+    ] = True,
+    remeasure: Annotated[bool, typer.Option(help="Measure again even if a profile is cached.")] = False,
+    device: DeviceOpt = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What this machine offers: registered platforms, which are present, their measured peaks.
+
+    \b
+    Example:
+      kernelevolve platforms --json
+    """
+    from kernelevolve import jobs
+    from kernelevolve.platforms import all_platforms, describe, get_platform
+    from kernelevolve.store import Workspace
+
+    rows = []
+    try:
+        settings = _settings(workspace, device=device)
+        for name in sorted(all_platforms()):
+            p = get_platform(name)
+            row = describe(p)
+            if row["present"] and measure:
+                err.print(
+                    f"[dim]{name}: reading the cached hardware profile, or measuring it (a few seconds)[/]"
+                )
+                with Workspace.open(settings.workspace) as ws:
+                    row["profile"], _ = jobs.hardware_profile(p, settings, ws, remeasure=remeasure)
+            rows.append(row)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps({"platforms": rows}, indent=2, default=str) + "\n")
+        return
+    table = Table(title="platforms")
+    for col in ("platform", "present", "kernels", "device", "bandwidth", "fp32", "tf32", "bf16"):
+        table.add_column(col)
+    for r in rows:
+        prof = r.get("profile") or {}
+        flops = prof.get("flops", {})
+        sheet = prof.get("datasheet_flops") or {}
+
+        def tf(cls: str, flops: dict[str, float] = flops, sheet: dict[str, float] = sheet) -> str:
+            if cls not in flops:
+                return "-"
+            extra = f" ({sheet[cls] / 1e12:.0f})" if cls in sheet else ""
+            return f"{flops[cls] / 1e12:.1f}{extra}"
+
+        bw = prof.get("bandwidth")
+        sheet_bw = prof.get("datasheet_bandwidth")
+        table.add_row(
+            r["name"],
+            "yes" if r["present"] else f"no ({r['why']})",
+            ", ".join(r["kinds"]),
+            prof.get("device", "-"),
+            "-" if bw is None else f"{bw / 1e9:.0f} GB/s" + (f" ({sheet_bw / 1e9:.0f})" if sheet_bw else ""),
+            tf("fp32"),
+            tf("tf32"),
+            tf("bf16"),
+        )
+    out.print(table)
+    out.print(
+        "[dim]measured peaks (datasheet in parentheses); FLOP/s in TFLOP/s; bandwidth counts bytes read + written[/]"
+    )
+
+
+@app.command("spec")
+def spec_cmd(
+    spec: Annotated[Path, typer.Argument(help="The spec: a KernelBench-format .py file.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Load and validate a spec; show its shapes, tensors, policy and fingerprint."""
+    from kernelevolve.spec import load_spec
+
+    try:
+        loaded = load_spec(spec)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    summary = loaded.summary()
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
+        return
+    out.print(f"[bold]{loaded.name}[/] ({loaded.path}) fingerprint {loaded.fingerprint}")
+    out.print(
+        f"precision {loaded.precision}; dtype {loaded.dtype or 'as written'}; backward {loaded.backward}"
+    )
+    for s in summary["shapes"]:
+        out.print(
+            f"  {s['name']} (weight {s['weight']:.2f}) {s['params']}: {', '.join(s['inputs'])} -> {', '.join(s['outputs']) or '?'}"
+        )
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        out.print(f"kernelevolve {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    version: Annotated[
+        bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    """kernelevolve: search for faster GPU kernels, verified against the PyTorch reference."""
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

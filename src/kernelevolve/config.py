@@ -1,0 +1,148 @@
+"""Typed, layered settings: defaults < workspace `config.toml` < `KERNELEVOLVE_*` environment < flags.
+
+The workspace's location is resolved first (flag, then `KERNELEVOLVE_WORKSPACE`, then
+`./.kernelevolve`), because its `config.toml` is one of the layers. Every other field can be set in
+any layer by its name: `timing_budget_s = 2.0` in the TOML, `KERNELEVOLVE_TIMING_BUDGET_S=2.0` in the
+environment, or the matching CLI flag.
+
+Secrets never live here: LLM keys (issue B) are read from the environment by the providers alone, and
+workers never see them (see `kernelevolve.evaluate.sandbox`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelevolve.errors import WorkspaceError
+
+ENV_PREFIX = "KERNELEVOLVE_"
+DEFAULT_WORKSPACE = Path(".kernelevolve")
+
+
+@dataclass
+class Settings:
+    """Everything the harness and CLI can be told. Units are in the names."""
+
+    workspace: Path = DEFAULT_WORKSPACE
+    platform: str = "auto"  # "auto" | a registered platform name ("cuda", "cpu", "rocm", ...)
+    device: int = 0
+    # Baselines measured live beside every candidate, and the one fitness is computed against.
+    baselines: list[str] = field(default_factory=lambda: ["eager", "compile"])
+    fitness_baseline: str = "compile"
+    # Timing: a per-shape budget split over interleaved rounds of (eager, compile, candidate).
+    timing_budget_s: float = 1.0
+    min_trials: int = 20
+    max_trials: int = 400
+    warmup_trials: int = 3
+    graph_threshold_us: float = 50.0  # below this single-call time a shape is timed as CUDA graphs
+    checked_fraction: float = 0.1  # share of timed candidate calls whose outputs are verified
+    # Correctness: seeds x distributions per shape (at least 3 x 2, enforced).
+    seeds: int = 3
+    # Limits for one candidate's worker.
+    compile_timeout_s: float = 180.0
+    run_timeout_s: float = 180.0
+    prepare_timeout_s: float = 900.0
+    memory_limit_gb: float = 16.0
+    gpu_memory_fraction: float | None = None  # None: 0.9 / (worker processes on the device)
+    # Pool: candidates evaluated at once, and warm workers kept prepared ahead of need.
+    workers: int = 0  # 0: auto (2 on a GPU, 1 on the CPU)
+    spares: int = 1
+    # Results above these are `suspicious`, never a win.
+    suspicious_speedup: float = 10.0
+    roofline_margin: float = 1.05  # allowed excess over the datasheet roofline before flagging
+
+    def validate(self) -> Settings:
+        if self.fitness_baseline not in ("eager", "compile"):
+            raise WorkspaceError(
+                f"fitness_baseline must be 'eager' or 'compile', not {self.fitness_baseline!r}"
+            )
+        unknown = set(self.baselines) - {"eager", "compile"}
+        if unknown:
+            raise WorkspaceError(f"unknown baselines {sorted(unknown)}; valid: eager, compile")
+        if "eager" not in self.baselines:
+            self.baselines = ["eager", *self.baselines]
+        if self.fitness_baseline not in self.baselines:
+            self.fitness_baseline = "eager"
+        self.seeds = max(3, self.seeds)
+        self.workers = max(0, self.workers)
+        self.spares = max(0, self.spares)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["workspace"] = str(self.workspace)
+        return out
+
+
+def _field_types() -> dict[str, Any]:
+    hints = typing.get_type_hints(Settings)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Settings)}
+
+
+def _coerce(name: str, value: Any, typ: Any) -> Any:
+    """Turn a TOML or environment value into the field's type, with an error that names the field."""
+    origin = typing.get_origin(typ)
+    args = typing.get_args(typ)
+    try:
+        if origin in (types.UnionType, typing.Union):  # Optional[X]
+            if value is None or (isinstance(value, str) and value.lower() in ("", "none", "auto")):
+                return None
+            inner = next(a for a in args if a is not type(None))
+            return _coerce(name, value, inner)
+        if origin is list:
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            return [str(v) for v in value]
+        if typ is bool:
+            if isinstance(value, str):
+                return value.lower() in ("1", "true", "yes", "on")
+            return bool(value)
+        if typ is Path:
+            return Path(value)
+        return typ(value)
+    except (TypeError, ValueError) as exc:
+        raise WorkspaceError(f"setting {name!r}: cannot read {value!r} as {typ}", hint=str(exc)) from exc
+
+
+def resolve_workspace(flag: str | Path | None = None) -> Path:
+    if flag:
+        return Path(flag)
+    env = os.environ.get(ENV_PREFIX + "WORKSPACE")
+    return Path(env) if env else DEFAULT_WORKSPACE
+
+
+def load_settings(workspace: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+    """Build settings from all layers. `overrides` are CLI flags; None values mean 'not given'."""
+    types_ = _field_types()
+    values: dict[str, Any] = {"workspace": resolve_workspace(workspace)}
+    toml_path = values["workspace"] / "config.toml"
+    if toml_path.is_file():
+        try:
+            data = tomllib.loads(toml_path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise WorkspaceError(f"{toml_path}: invalid TOML: {exc}", hint="fix or delete the file") from exc
+        for key, val in data.items():
+            if key not in types_ or key == "workspace":
+                raise WorkspaceError(
+                    f"{toml_path}: unknown setting {key!r}",
+                    hint="valid settings: " + ", ".join(sorted(k for k in types_ if k != "workspace")),
+                )
+            values[key] = _coerce(key, val, types_[key])
+    for key, typ in types_.items():
+        env = os.environ.get(ENV_PREFIX + key.upper())
+        if env is not None and key != "workspace":
+            values[key] = _coerce(key, env, typ)
+    for key, val in (overrides or {}).items():
+        if val is None:
+            continue
+        if key not in types_:
+            raise WorkspaceError(f"unknown setting {key!r}")
+        values[key] = _coerce(key, val, types_[key])
+    return Settings(**values).validate()

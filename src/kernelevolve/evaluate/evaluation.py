@@ -1,0 +1,561 @@
+"""One candidate in a prepared worker: compile, correctness, timing, verdict.
+
+Phases (each announced to the parent, which applies that phase's timeout):
+- `compile`: write the candidate's source (sent by the parent, the same text the static guards read)
+  into the worker's directory, import it, build `ModelNew` per shape with the reference's weights,
+  and call it once per shape on warm-up inputs: Triton and native code compile on first use, so
+  compile errors surface here. No device lease is held: another candidate may be timed meanwhile.
+- `lease`: wait for the device lease (not timed against the candidate).
+- `correctness`: every shape x seed x distribution. Before each call the allocator is poisoned (blocks
+  of the outputs' sizes filled with NaN and freed), inputs are cloned, and the call runs under the op
+  recorder; after it: outputs compared to the reference outputs computed before the candidate was
+  imported, inputs compared bit for bit, new Python threads and writes that land after the return
+  detected, kernel launches counted, the harness's world checked for patches.
+- `timing`: interleaved with the baselines (`timing.py`), outputs of timed calls checked.
+Then speedups, the roofline, and the suspicious checks make the verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kernelevolve.evaluate.correctness import compare, same_bits, tolerance_for
+from kernelevolve.evaluate.inputs import DISTRIBUTIONS, copy_into, make_inputs, make_model, share_weights
+from kernelevolve.evaluate.inputs import digest as input_digest
+from kernelevolve.evaluate.protocol import Channel
+from kernelevolve.evaluate.runtime import Integrity, OpRecorder, new_threads, python_threads
+from kernelevolve.evaluate.sandbox import descendants
+from kernelevolve.evaluate.timing import Callee, ShapeTiming, TimingPlan, time_shape
+from kernelevolve.evaluate.verdict import Method, ShapeResult, Status, Verdict, Violation, weighted_speedup
+from kernelevolve.evaluate.worker import Prepared, ShapeState, forward_backward, trainable_inputs
+from kernelevolve.profile.roofline import flop_class, roofline
+
+COMPILE_ERRORS = (
+    "CompilationError",
+    "CompileTimeAssertionFailure",
+    "UnsupportedLanguageConstruct",
+    "NativeCompileError",
+)
+BACKWARD_GLUE = {"aten.add", "aten.add_"}  # the autograd engine accumulates gradients with these
+
+
+def device_lease_key(state: Prepared) -> str:
+    return f"{state.platform.name}-{state.device.index or 0}"
+
+
+class Failed(Exception):
+    """Ends the evaluation with a verdict (internal control flow, never leaves this module)."""
+
+    def __init__(self, status: Status, message: str, violations: list[Violation] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.violations = status, message, violations or []
+
+
+def classify(exc: BaseException, phase: str, candidate_file: str) -> tuple[Status, str]:
+    name = type(exc).__name__
+    text = str(exc).strip()
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == candidate_file]
+    where = f" (candidate line {frames[-1].lineno})" if frames else ""
+    message = f"{name}: {text[:3000]}{where}"
+    lowered = text.lower()
+    if (
+        isinstance(exc, MemoryError)
+        or name == "OutOfMemoryError"
+        or any(k in lowered for k in ("out of memory", "can't allocate memory", "cannot allocate memory"))
+    ):
+        return Status.OOM, message
+    if name in COMPILE_ERRORS or "error building extension" in lowered or phase == "import":
+        return Status.COMPILE_ERROR, message
+    if "illegal memory access" in lowered or "cuda error" in lowered or "misaligned address" in lowered:
+        return (
+            Status.RUNTIME_ERROR,
+            message + " (the CUDA context is lost; the next candidate runs in a fresh worker)",
+        )
+    return Status.RUNTIME_ERROR, message
+
+
+def evaluate(state: Prepared, msg: dict[str, Any], chan: Channel) -> Verdict:
+    ev = _Evaluation(state, msg, chan)
+    try:
+        ev.run()
+    except Failed as f:
+        ev.verdict.status, ev.verdict.message = f.status, f.message
+        ev.verdict.violations.extend(f.violations)
+        ev.verdict.correct = False
+        ev.verdict.fitness = 0.0
+    finally:
+        if ev.lease is not None:
+            ev.lease.release()
+    ev.verdict.phases = ev.phases
+    return ev.verdict
+
+
+class _Evaluation:
+    def __init__(self, state: Prepared, msg: dict[str, Any], chan: Channel):
+        import torch
+
+        self.torch, self.state, self.msg, self.chan = torch, state, msg, chan
+        self.spec = state.spec
+        self.settings = state.settings
+        self.kind = msg.get("kind") or "triton"
+        self.uses_load_inline = bool(msg.get("uses_load_inline"))
+        self.lease: Any = None
+        self.phases: dict[str, float] = {}
+        self.models: dict[str, Any] = {}
+        self.integrity: Integrity | None = None
+        self.children_before: set[int] = set()
+        self.file = ""
+        v = state.info["versions"]
+        self.verdict = Verdict(
+            status=Status.OK,
+            spec=self.spec.name,
+            spec_fingerprint=self.spec.fingerprint,
+            candidate_kind=self.kind,
+            platform=state.platform.name,
+            method=Method(
+                platform=state.info["target"],
+                device=state.info["device"],
+                driver=v.get("driver"),
+                torch=v.get("torch"),
+                triton=v.get("triton"),
+                python=v.get("python"),
+                kernelevolve=state.info.get("kernelevolve"),
+                baselines=[b for b in self.settings["baselines"] if b not in state.baseline_errors],
+                baseline_errors=dict(state.baseline_errors),
+                fitness_baseline=self.settings["fitness_baseline"],
+                precision_policy=self.spec.precision,
+                seeds=int(self.settings["seeds"]),
+                distributions=list(DISTRIBUTIONS),
+                notes=list(state.notes),
+            ),
+        )
+
+    # -- phases ------------------------------------------------------------------------------------
+
+    def phase(self, name: str) -> None:
+        self.chan.send("phase", phase=name)
+        self._phase_start = time.perf_counter()
+        self._phase_name = name
+
+    def end_phase(self) -> None:
+        self.phases[self._phase_name] = round(time.perf_counter() - self._phase_start, 4)
+
+    def run(self) -> None:
+        exclusive = self.state.platform.exclusive
+        if exclusive:
+            self.take_lease()
+        self.phase("compile")
+        self.compile()
+        self.end_phase()
+        if not exclusive:
+            self.take_lease()
+        self.phase("correctness")
+        self.correctness()
+        self.end_phase()
+        if self.kind not in self.state.platform.timed_kinds:
+            self.verdict.method.timer = f"none ({self.state.platform.untimed_reason(self.kind)})"
+            self.verdict.message = "correct; " + self.state.platform.untimed_reason(self.kind)
+            return
+        self.phase("timing")
+        self.timing()
+        self.end_phase()
+        self.finish()
+
+    def take_lease(self) -> None:
+        from kernelevolve.evaluate.lease import DeviceLease
+
+        self.phase("lease")
+        self.lease = DeviceLease(device_lease_key(self.state)).acquire()
+        self.end_phase()
+
+    def compile(self) -> None:
+        workdir = Path.cwd()
+        path = workdir / f"candidate_{self.msg['candidate_hash'][:12]}.py"
+        path.write_text(self.msg["source"])
+        self.file = str(path)
+        self.integrity = Integrity()
+        self.children_before = set(descendants(os.getpid(), include_zombies=False))
+        name = f"kernelevolve_candidate_{self.msg['candidate_hash'][:12]}"
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        except BaseException as exc:
+            status, message = classify(exc, "import", self.file)
+            raise Failed(status, f"importing the candidate failed: {message}") from None
+        self._check_integrity()
+        cls = getattr(module, "ModelNew", None)
+        if cls is None:
+            raise Failed(
+                Status.GUARD_VIOLATION,
+                "the candidate defines no ModelNew",
+                [Violation("no-modelnew", "ModelNew missing")],
+            )
+        torch = self.torch
+        for st in self.state.shapes:
+            try:
+                model = make_model(self.spec, self.state.module, cls, st.shape, self.state.device)
+            except Exception as exc:
+                status, message = classify(exc, "construct", self.file)
+                raise Failed(
+                    status, f"ModelNew(*get_init_inputs()) failed at shape {st.shape.name!r}: {message}"
+                ) from None
+            shared = share_weights(st.reference, model)
+            if self.spec.backward and list(st.reference.parameters()) and not shared:
+                raise Failed(
+                    Status.INCORRECT,
+                    "training spec: ModelNew's parameters must have the reference's names and shapes "
+                    "so their gradients can be checked",
+                )
+            self.models[st.shape.name] = model
+            warm = make_inputs(self.spec, self.state.module, st.shape, 99, "spec", self.state.device)
+            try:
+                forward_backward(
+                    model, trainable_inputs(warm, torch, self.spec.backward), st.grad_outputs, torch
+                )
+                self.sync()
+            except BaseException as exc:
+                status, message = classify(exc, "compile", self.file)
+                raise Failed(status, f"first call at shape {st.shape.name!r}: {message}") from None
+        self._check_integrity()
+        self._check_processes()
+
+    def correctness(self) -> None:
+        torch = self.torch
+        threads_before = python_threads()
+        total_launches = 0
+        for st in self.state.shapes:
+            tol = tolerance_for(st.cases[0].ref_outputs[0].dtype, self.spec.precision, self.spec.tolerance)
+            self.verdict.method.tolerance = {"rtol": tol.rtol, "atol": tol.atol, "rel_norm": tol.rel_norm}
+            result = ShapeResult(name=st.shape.name, weight=st.shape.weight, flops=st.flops, bytes=st.bytes)
+            self.verdict.shapes.append(result)
+            for i, cs in enumerate(st.cases):
+                inputs = make_inputs(
+                    self.spec,
+                    self.state.module,
+                    st.shape,
+                    cs.case.seed,
+                    cs.case.distribution,
+                    self.state.device,
+                )
+                if input_digest(inputs) != cs.digest:
+                    raise Failed(
+                        Status.GUARD_VIOLATION,
+                        "inputs regenerated for a trial differ from the reference's: the random state was tampered with",
+                        [Violation("patching", "input generation changed")],
+                    )
+                inputs = trainable_inputs(inputs, torch, self.spec.backward)
+                pristine = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                self._poison(cs.ref_outputs)
+                launches0 = self.state.launches.total()
+                allowed = set(self.spec.allow_torch_ops) | (BACKWARD_GLUE if self.spec.backward else set())
+                try:
+                    with OpRecorder(allowed) as rec:
+                        outs = forward_backward(self.models[st.shape.name], inputs, st.grad_outputs, torch)
+                    self.sync()
+                except BaseException as exc:
+                    status, message = classify(exc, "run", self.file)
+                    raise Failed(status, f"shape {st.shape.name!r}, trial {i + 1}: {message}") from None
+                snapshot = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outs]
+                launched = self.state.launches.total() - launches0
+                total_launches += launched
+                violation = rec.violation()
+                if violation:
+                    raise Failed(Status.GUARD_VIOLATION, violation.message, [violation])
+                self._check_processes()
+                late = new_threads(threads_before)
+                if late:
+                    raise Failed(
+                        Status.GUARD_VIOLATION,
+                        f"{len(late)} thread(s) still running after forward returned",
+                        [Violation("threads", "threads alive after return")],
+                    )
+                if i == 0:
+                    time.sleep(0.005)
+                    self.sync()
+                    if any(
+                        isinstance(o, torch.Tensor) and isinstance(s, torch.Tensor) and not same_bits(o, s)
+                        for o, s in zip(outs, snapshot, strict=True)
+                    ):
+                        raise Failed(
+                            Status.GUARD_VIOLATION,
+                            "the output changed after forward returned: work continued in the background",
+                            [Violation("late-write", "output changed after return")],
+                        )
+                for j, (x, p) in enumerate(zip(inputs, pristine, strict=True)):
+                    if isinstance(x, torch.Tensor) and not same_bits(x.detach(), p):
+                        raise Failed(
+                            Status.INCORRECT,
+                            f"shape {st.shape.name!r}: input {j} was modified by the candidate",
+                            [Violation("input-mutation", f"input {j} modified")],
+                        )
+                failure = self._compare(outs, cs.ref_outputs, tol, st, result)
+                result.trials = i + 1
+                if failure:
+                    result.correct, result.failed_check = False, failure[0]
+                    raise Failed(
+                        Status.INCORRECT,
+                        f"shape {st.shape.name!r}, seed {cs.case.seed}, {cs.case.distribution} inputs: {failure[1]}",
+                    )
+            result.correct = True
+            self._check_integrity()
+        if total_launches == 0 and not self._profiled_kernels():
+            raise Failed(
+                Status.GUARD_VIOLATION,
+                "no kernel of the candidate was launched during forward",
+                [Violation("no-launch", "no kernel launched")],
+            )
+        self.verdict.correct = True
+
+    def timing(self) -> None:
+        allow_graphs = self.state.device.type == "cuda" and not self.spec.backward
+        plan = TimingPlan.from_settings(self.settings, allow_graphs)
+        m = self.verdict.method
+        m.timer, m.l2, m.interleaved, m.warmup = self.state.timer.name, self.state.timer.l2, True, plan.warmup
+        for k, (st, result) in enumerate(zip(self.state.shapes, self.verdict.shapes, strict=True)):
+            timing = self._time_shape(st, dataclasses.replace(plan, seed=5000 + k))
+            m.checked_timed_calls += timing.checked
+            m.notes.extend(timing.notes)
+            if timing.failure:
+                raise Failed(Status.INCORRECT, f"shape {st.shape.name!r}: {timing.failure}")
+            if timing.violations:
+                raise Failed(Status.GUARD_VIOLATION, timing.violations[0].message, timing.violations)
+            result.cuda_graphs = timing.cuda_graphs
+            result.candidate = timing.stats["candidate"]
+            result.eager = timing.stats.get("eager")
+            result.compile = timing.stats.get("compile")
+            if result.eager:
+                result.speedup_vs_eager = result.eager.median_s / result.candidate.median_s
+            if result.compile:
+                result.speedup_vs_compile = result.compile.median_s / result.candidate.median_s
+            self._check_integrity()
+
+    def _time_shape(self, st: ShapeState, plan: TimingPlan) -> ShapeTiming:
+        tol = tolerance_for(st.cases[0].ref_outputs[0].dtype, self.spec.precision, self.spec.tolerance)
+
+        def fresh(seed: int) -> list[Any]:
+            return make_inputs(self.spec, self.state.module, st.shape, seed, "spec", self.state.device)
+
+        def check(pristine: list[Any], snap: list[Any]) -> str | None:
+            return self._check_timed(st, pristine, snap, tol)
+
+        def audit(buffers: list[Any]) -> list[Violation]:
+            return self._audit(st, buffers)
+
+        return time_shape(
+            self._callees(st), self.state.timer, plan, fresh, copy_into, check, audit, self.torch
+        )
+
+    def finish(self) -> None:
+        v, settings = self.verdict, self.settings
+        v.timed = True
+        v.speedup_vs_eager = weighted_speedup(v.shapes, "eager")
+        v.speedup_vs_compile = weighted_speedup(v.shapes, "compile")
+        base = (
+            settings["fitness_baseline"]
+            if settings["fitness_baseline"] not in self.state.baseline_errors
+            else "eager"
+        )
+        v.method.fitness_baseline = base
+        fitness = v.speedup_vs_compile if base == "compile" else v.speedup_vs_eager
+        v.fitness = fitness or 0.0
+        v.spread = max((s.candidate.spread for s in v.shapes if s.candidate), default=None)
+        profile = self.msg.get("profile")
+        flags: list[str] = []
+        if profile:
+            fractions = []
+            for s in v.shapes:
+                cls = flop_class(self.spec.dtype, self.spec.precision)
+                t_roof, bound = roofline(
+                    s.bytes or 0, s.flops or 0, profile["bandwidth"], profile["flops"].get(cls)
+                )
+                s.roofline_s, s.bound = t_roof, bound
+                if s.candidate:
+                    s.roofline_fraction = t_roof / s.candidate.median_s
+                    fractions.append((s.weight, t_roof, s.candidate.median_s))
+                sheet_bw = profile.get("datasheet_bandwidth")
+                if sheet_bw and s.candidate:
+                    t_sheet, _ = roofline(
+                        s.bytes or 0, s.flops or 0, sheet_bw, (profile.get("datasheet_flops") or {}).get(cls)
+                    )
+                    if s.candidate.median_s * float(settings["roofline_margin"]) < t_sheet:
+                        flags.append(
+                            f"shape {s.name}: {s.candidate.median_s * 1e6:.1f} us is faster than the datasheet roofline "
+                            f"allows ({t_sheet * 1e6:.1f} us for {s.bytes} bytes, {s.flops} FLOPs)"
+                        )
+            if fractions:
+                v.roofline_fraction = sum(w * t for w, t, _ in fractions) / sum(
+                    w * c for w, _, c in fractions
+                )
+        limit = float(settings["suspicious_speedup"])
+        for s in v.shapes:
+            for label, value in (("eager", s.speedup_vs_eager), ("compile", s.speedup_vs_compile)):
+                if value is not None and value > limit:
+                    flags.append(f"shape {s.name}: {value:.1f}x faster than {label} (above {limit:g}x)")
+        v.flags = flags
+        if flags:
+            v.status = Status.SUSPICIOUS
+            v.fitness = 0.0
+            v.message = "correct, but the speedup is implausible and needs review: " + "; ".join(flags)
+        else:
+            v.message = f"correct; {v.fitness:.2f}x vs {base}" + (
+                f" (spread {v.spread:.1%})" if v.spread is not None else ""
+            )
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        if self.state.device.type == "cuda":
+            self.torch.cuda.synchronize(self.state.device)
+
+    def _check_integrity(self) -> None:
+        assert self.integrity is not None
+        problems = self.integrity.check()
+        if problems:
+            raise Failed(Status.GUARD_VIOLATION, problems[0].message, problems)
+
+    def _check_processes(self) -> None:
+        spawned = set(descendants(os.getpid(), include_zombies=False)) - self.children_before
+        if spawned:
+            raise Failed(
+                Status.GUARD_VIOLATION,
+                f"the candidate started {len(spawned)} process(es) that outlived the call; candidates may not create processes",
+                [Violation("processes", f"{len(spawned)} processes started")],
+            )
+
+    def _poison(self, like: list[Any]) -> None:
+        """Fill freed allocator blocks of the outputs' sizes with NaN / a sentinel, so stale memory
+        handed to the candidate by the allocator never holds a plausible answer."""
+        torch = self.torch
+        blocks = []
+        for o in like:
+            for _ in range(2):
+                t = torch.empty_like(o)
+                t.fill_(float("nan") if o.is_floating_point() else -7)
+                blocks.append(t)
+        del blocks
+
+    def _compare(
+        self, outs: list[Any], refs: list[Any], tol: Any, st: ShapeState, result: ShapeResult
+    ) -> tuple[str, str] | None:
+        if len(outs) != len(refs):
+            return "output-count", f"{len(outs)} outputs, expected {len(refs)}"
+        n_out = len(refs) if st.grad_outputs is None else len(st.grad_outputs)
+        for j, (o, r) in enumerate(zip(outs, refs, strict=True)):
+            what = f"output {j}" if j < n_out else f"gradient {j - n_out}"
+            cmp = compare(o, r, tol, what)
+            result.max_abs_err = max(result.max_abs_err or 0.0, cmp.max_abs_err)
+            result.max_rel_err = max(result.max_rel_err or 0.0, cmp.max_rel_err)
+            result.rel_norm_err = max(result.rel_norm_err or 0.0, cmp.rel_norm_err)
+            if not cmp.passed:
+                return cmp.check or "values", cmp.message
+        return None
+
+    def _callees(self, st: ShapeState) -> list[Callee]:
+        models = [("eager", st.reference)]
+        if st.compiled is not None:
+            models.append(("compile", st.compiled))
+        models.append(("candidate", self.models[st.shape.name]))
+        return [
+            Callee(name, _runner(m, st, self.torch), _buffers(self.state, st, self.torch))
+            for name, m in models
+        ]
+
+    def _check_timed(self, st: ShapeState, pristine: list[Any], snap: list[Any], tol: Any) -> str | None:
+        torch = self.torch
+        ref_outs = forward_backward(
+            st.reference, trainable_inputs(pristine, torch, self.spec.backward), st.grad_outputs, torch
+        )
+        scratch = ShapeResult(name=st.shape.name, weight=0)
+        failure = self._compare(snap, ref_outs, tol, st, scratch)
+        return None if failure is None else failure[1]
+
+    def _audit(self, st: ShapeState, buffers: list[Any]) -> list[Violation]:
+        allowed = set(self.spec.allow_torch_ops) | (BACKWARD_GLUE if self.spec.backward else set())
+        launches0 = self.state.launches.total()
+        with OpRecorder(allowed) as rec:
+            forward_backward(self.models[st.shape.name], buffers, st.grad_outputs, self.torch)
+        self.sync()
+        out = [v for v in [rec.violation()] if v]
+        if self.state.launches.total() == launches0 and not self.uses_load_inline:
+            out.append(Violation("no-launch", "a timed call launched no kernel of the candidate's"))
+        return out
+
+    def _profiled_kernels(self) -> bool:
+        """For load_inline candidates (whose calls are not counted): did any device kernel run?"""
+        if not self.uses_load_inline:
+            return False
+        if self.state.device.type != "cuda":
+            self.verdict.method.notes.append("load_inline on CPU: launches are not counted")
+            return True
+        torch = self.torch
+        st = self.state.shapes[0]
+        inputs = make_inputs(self.spec, self.state.module, st.shape, 3, "spec", self.state.device)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            forward_backward(
+                self.models[st.shape.name],
+                trainable_inputs(inputs, torch, self.spec.backward),
+                st.grad_outputs,
+                torch,
+            )
+            self.sync()
+        return any(getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA for e in prof.events())
+
+
+def time_baselines(state: Prepared, msg: dict[str, Any], chan: Channel) -> list[dict[str, Any]]:
+    """Eager and torch.compile times per shape, interleaved, for `kernelevolve baseline`."""
+    import torch
+
+    from kernelevolve.evaluate.lease import DeviceLease
+
+    allow_graphs = state.device.type == "cuda" and not state.spec.backward
+    plan = TimingPlan.from_settings(state.settings, allow_graphs, checked=False)
+    chan.send("phase", phase="lease")
+    out = []
+    with DeviceLease(device_lease_key(state)):
+        chan.send("phase", phase="timing")
+        for k, st in enumerate(state.shapes):
+            models = [("eager", st.reference)] + (
+                [("compile", st.compiled)] if st.compiled is not None else []
+            )
+            callees = [
+                Callee(name, _runner(model, st, torch), _buffers(state, st, torch)) for name, model in models
+            ]
+
+            def fresh(seed: int, st: ShapeState = st) -> list[Any]:
+                return make_inputs(state.spec, state.module, st.shape, seed, "spec", state.device)
+
+            timing = time_shape(
+                callees,
+                state.timer,
+                dataclasses.replace(plan, seed=5000 + k),
+                fresh,
+                copy_into,
+                lambda pristine, snap: None,
+                lambda buffers: [],
+                torch,
+                has_candidate=False,
+            )
+            stats = {name: vars(s) for name, s in timing.stats.items()}
+            out.append({"shape": st.shape.name, "weight": st.shape.weight, "cuda_graphs": timing.cuda_graphs,
+                        "flops": st.flops, "bytes": st.bytes, **stats})  # fmt: skip
+    return out
+
+
+def _runner(model: Any, st: ShapeState, torch: Any) -> Any:
+    return lambda *xs: forward_backward(model, list(xs), st.grad_outputs, torch)
+
+
+def _buffers(state: Prepared, st: ShapeState, torch: Any) -> list[Any]:
+    """A callee's own persistent input buffers (the timing loop overwrites their contents)."""
+    fresh = make_inputs(state.spec, state.module, st.shape, 1, "spec", state.device)
+    return trainable_inputs(fresh, torch, state.spec.backward)

@@ -1,0 +1,291 @@
+"""The engine's side of one worker process: spawn it, watch its phases, enforce timeouts, kill it.
+
+A worker is spawned (never forked: the engine may have touched CUDA) as
+`python -m kernelevolve.evaluate.worker` in its own process group and its own temporary directory,
+with a scrubbed environment, private compile caches, and its stdout/stderr in a log file. The
+torch.compile cache it starts from is a copy of a trusted one, written only by workers that had no
+candidate loaded, so no candidate can slow down the baselines of later candidates by poisoning it.
+
+Every way a worker can end is turned into a value: a `result` message, a `timeout` (the phase it was
+in and the limit), a `crash` (exit code or signal, the end of its log), or an `oom` (killed by the
+kernel, or its memory limit). The handle never raises for a candidate's behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kernelevolve
+from kernelevolve.errors import HarnessError, SpecError
+from kernelevolve.evaluate.lease import lease_dir
+from kernelevolve.evaluate.protocol import Channel
+from kernelevolve.evaluate.sandbox import kill_tree, scrub_env
+
+NO_LIMIT = 7 * 24 * 3600.0
+
+
+@dataclass
+class Outcome:
+    """How a worker's job ended: a message from it, or what the engine saw."""
+
+    kind: str  # "result" | "error" | "timeout" | "crash"
+    message: dict[str, Any] | None = None
+    phase: str = ""
+    detail: str = ""
+    returncode: int | None = None
+    log_tail: str = ""
+
+
+class WorkerHandle:
+    def __init__(
+        self,
+        *,
+        platform: Any,
+        settings: Any,
+        spec_path: Path | None,
+        precision: str,
+        device_index: int = 0,
+        gpu_memory_fraction: float | None = None,
+        trusted_cache: Path | None = None,
+    ):
+        self.platform = platform
+        self.settings = settings
+        self.spec_path = spec_path
+        self.precision = precision
+        self.device_index = device_index
+        self.gpu_memory_fraction = gpu_memory_fraction
+        self.trusted_cache = trusted_cache
+        self.dir = Path(tempfile.mkdtemp(prefix="kernelevolve-worker-"))
+        self.inductor_cache = self.dir / "inductor"
+        self.log_path = self.dir / "worker.log"
+        self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.info: dict[str, Any] | None = None
+        self.notes: list[str] = []
+        self.ready_error: BaseException | None = None
+        self._ready = threading.Event()
+        self._chan: Channel | None = None
+        self.started_at = time.monotonic()
+
+    # -- start-up ----------------------------------------------------------------------------------
+
+    def start(self) -> WorkerHandle:
+        (self.dir / "tmp").mkdir()
+        if self.trusted_cache is not None and self.trusted_cache.is_dir():
+            shutil.copytree(self.trusted_cache, self.inductor_cache, symlinks=True)
+        env = scrub_env(dict(os.environ), self.dir)
+        env.update(self.platform.worker_env())
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(self.inductor_cache)
+        env["TRITON_CACHE_DIR"] = str(self.dir / "triton")
+        env["KERNELEVOLVE_NATIVE_CACHE"] = str(self.dir / "native")
+        # Resolved here, once: a worker's own TMPDIR is private, and leases must be shared by all.
+        env["KERNELEVOLVE_LEASE_DIR"] = str(lease_dir())
+        src_root = str(Path(kernelevolve.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH", "")) if p)
+        cmd_r, cmd_w = os.pipe()
+        res_r, res_w = os.pipe()
+        s = self.settings
+        wall = s.prepare_timeout_s + s.compile_timeout_s + s.run_timeout_s
+        cpu_seconds = int(wall * max(2, min(os.cpu_count() or 2, 16)))
+        memory = int(min(s.memory_limit_gb * 2**30, _physical_memory() * 0.9))
+        argv = [
+            sys.executable, "-m", "kernelevolve.evaluate.worker",
+            "--cmd-fd", str(cmd_r), "--res-fd", str(res_w),
+            "--memory-bytes", str(memory), "--cpu-seconds", str(cpu_seconds),
+        ]  # fmt: skip
+        if self.platform.exclusive:
+            argv += ["--lease", f"{self.platform.name}-{self.device_index}"]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                env=env,
+                pass_fds=(cmd_r, res_w),
+                start_new_session=True,
+            )
+        os.close(cmd_r)
+        os.close(res_w)
+        self._chan = Channel(res_r, cmd_w)
+        threading.Thread(target=self._read, daemon=True, name="kernelevolve-worker-reader").start()
+        self.send(
+            "prepare",
+            spec_path=str(self.spec_path) if self.spec_path else None,
+            platform=self.platform.name,
+            device_index=self.device_index,
+            precision=self.precision,
+            gpu_memory_fraction=self.gpu_memory_fraction,
+            settings=self.settings.to_dict(),
+        )
+        threading.Thread(target=self._await_ready, daemon=True, name="kernelevolve-worker-prepare").start()
+        return self
+
+    def _read(self) -> None:
+        assert self._chan is not None
+        while True:
+            try:
+                msg = self._chan.recv()
+            except (OSError, ValueError):
+                msg = None
+            self.messages.put(msg)
+            if msg is None:
+                self._chan.close_read()
+                return
+
+    def _await_ready(self) -> None:
+        try:
+            msg = self.messages.get(timeout=self.settings.prepare_timeout_s)
+        except queue.Empty:
+            self.ready_error = HarnessError(
+                f"a worker did not finish preparing within {self.settings.prepare_timeout_s:.0f} s",
+                hint="raise prepare_timeout_s, or check the device; log: " + str(self.log_path),
+            )
+            self.kill()
+        else:
+            if msg is None:
+                self.ready_error = HarnessError(
+                    "a worker died while preparing: " + self._exit_description(),
+                    hint="its log ends with:\n" + self.log_tail(),
+                )
+            elif msg["op"] == "prep_error" and msg.get("kind") == "spec":
+                self.ready_error = SpecError(msg["message"])
+            elif msg["op"] == "prep_error":
+                self.ready_error = HarnessError(
+                    "a worker failed to prepare: " + msg["message"], hint=msg.get("traceback", "")[-2000:]
+                )
+            else:
+                self.info, self.notes = msg.get("info"), msg.get("notes", [])
+        self._ready.set()
+
+    def wait_ready(self, timeout: float | None = None) -> dict[str, Any]:
+        if not self._ready.wait(timeout):
+            raise HarnessError("timed out waiting for a worker to prepare")
+        if self.ready_error is not None:
+            raise self.ready_error
+        assert self.info is not None
+        return self.info
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set() and self.ready_error is None
+
+    # -- jobs --------------------------------------------------------------------------------------
+
+    def send(self, op: str, **payload: Any) -> None:
+        assert self._chan is not None
+        try:
+            self._chan.send(op, **payload)
+        except (BrokenPipeError, OSError):
+            pass  # the worker is gone; the reader reports it
+
+    def run_job(self, op: str, payload: dict[str, Any], on_phase: Any = None) -> Outcome:
+        """Send one job and watch it to its end under the phase timeouts."""
+        s = self.settings
+        limits = {"compile": s.compile_timeout_s, "lease": NO_LIMIT, "correctness": s.run_timeout_s}
+        self.send(op, **payload)
+        phase, deadline = "start", time.monotonic() + s.compile_timeout_s
+        while True:
+            try:
+                msg = self.messages.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                limit = limits.get(phase, s.run_timeout_s)
+                self.kill()
+                return Outcome(
+                    "timeout",
+                    phase=phase,
+                    detail=f"no progress within {limit:.0f} s",
+                    log_tail=self.log_tail(),
+                )
+            if msg is None:
+                code = self._wait_exit()
+                return Outcome(
+                    "crash",
+                    phase=phase,
+                    detail=self._exit_description(),
+                    returncode=code,
+                    log_tail=self.log_tail(),
+                )
+            if msg["op"] == "phase":
+                phase = msg["phase"]
+                if phase in limits:  # "timing" continues under the run deadline set at "correctness"
+                    deadline = time.monotonic() + limits[phase]
+                if on_phase:
+                    on_phase(phase)
+                continue
+            return Outcome(
+                msg["op"], message=msg, phase=phase, log_tail=self.log_tail() if msg["op"] == "error" else ""
+            )
+
+    # -- ending ------------------------------------------------------------------------------------
+
+    def _wait_exit(self, timeout: float = 10.0) -> int | None:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.proc.wait()
+
+    def _exit_description(self) -> str:
+        code = self._wait_exit()
+        if code is None:
+            return "the worker is unresponsive"
+        if code < 0:
+            sig = signal.Signals(-code)
+            why = {
+                signal.SIGSEGV: "segmentation fault",
+                signal.SIGBUS: "bus error",
+                signal.SIGABRT: "aborted",
+                signal.SIGFPE: "floating-point exception",
+                signal.SIGILL: "illegal instruction",
+                signal.SIGKILL: "killed (SIGKILL): the kernel's OOM killer or an external kill",
+                signal.SIGXCPU: "CPU-time limit exceeded",
+                signal.SIGXFSZ: "file-size limit exceeded",
+            }.get(sig, sig.name)
+            return f"the worker died by {sig.name} ({why})"
+        return f"the worker exited with code {code} without reporting a result"
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            data = self.log_path.read_bytes()[-chars:]
+        except OSError:
+            return ""
+        return data.decode("utf-8", "replace").strip()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            kill_tree(self.proc.pid)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        elif self.proc is not None:
+            kill_tree(self.proc.pid)  # its own exit may leave children behind
+
+    def close(self) -> None:
+        """Kill the worker and everything it started. A worker that reported waits for this rather
+        than exiting, so its children are still its children here and cannot be missed."""
+        self.kill()
+        if self._chan is not None:
+            self._chan.close_write()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 64 * 2**30

@@ -1,0 +1,301 @@
+"""The evaluator pool: static guards in the engine, then one fresh, already-prepared worker per candidate.
+
+Start-up (python + torch + the device, ~4 s on a GPU machine; the reference outputs and the
+torch.compile baseline on top) never sits on a candidate's critical path: the pool keeps `spares`
+workers preparing ahead of need, and starts a replacement the moment one is taken. With `workers` > 1,
+candidates are evaluated concurrently; their compile phases overlap while the device lease keeps their
+correctness and timing phases one at a time per device.
+
+`evaluate_one` returns a `Verdict` for anything a candidate does. It raises only for what is not the
+candidate's fault and would fail every candidate: a bad spec (`SpecError`) or a harness that cannot
+start (`HarnessError`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kernelevolve.config import Settings
+from kernelevolve.errors import HarnessError
+from kernelevolve.evaluate.guards import StaticReport, check_source
+from kernelevolve.evaluate.handle import Outcome, WorkerHandle
+from kernelevolve.evaluate.verdict import Method, Status, Verdict
+from kernelevolve.platforms import Platform
+from kernelevolve.spec import Spec
+
+Event = Callable[[str, str, Any], None]  # (event, candidate label, detail)
+
+
+def candidate_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+class EvaluatorPool:
+    def __init__(
+        self,
+        spec: Spec,
+        platform: Platform,
+        settings: Settings,
+        *,
+        profile: dict[str, Any] | None = None,
+        trusted_cache: Path | None = None,
+        on_event: Event | None = None,
+        static_guards: bool = True,
+    ):
+        self.spec = spec
+        self.platform = platform
+        self.settings = settings
+        self.profile = profile
+        self.trusted_cache = trusted_cache
+        self.on_event = on_event or (lambda *a: None)
+        self.static_guards = static_guards
+        self._lock = threading.Lock()
+        self._spares: list[WorkerHandle] = []
+        self._closed = False
+        self._executor = ThreadPoolExecutor(
+            max_workers=max(1, settings.workers), thread_name_prefix="kernelevolve-eval"
+        )
+        self.device_info: dict[str, Any] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def __enter__(self) -> EvaluatorPool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        with self._lock:
+            self._top_up(self.settings.spares or 1)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            spares, self._spares = self._spares, []
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        for w in spares:
+            w.close()
+
+    def _gpu_fraction(self) -> float | None:
+        if self.settings.gpu_memory_fraction is not None:
+            return self.settings.gpu_memory_fraction
+        if self.platform.name in ("cuda", "rocm"):
+            return round(0.9 / (max(1, self.settings.workers) + max(1, self.settings.spares)), 3)
+        return None
+
+    def _new_worker(self) -> WorkerHandle:
+        return WorkerHandle(
+            platform=self.platform,
+            settings=self.settings,
+            spec_path=self.spec.path,
+            precision=self.spec.precision,
+            device_index=self.settings.device,
+            gpu_memory_fraction=self._gpu_fraction(),
+            trusted_cache=self.trusted_cache if self.trusted_cache and self.trusted_cache.is_dir() else None,
+        ).start()
+
+    def _top_up(self, count: int) -> None:
+        while not self._closed and len(self._spares) < count:
+            self._spares.append(self._new_worker())
+
+    def _take(self) -> WorkerHandle:
+        """A prepared worker (waiting for one if needed), with a replacement started behind it."""
+        with self._lock:
+            if self._closed:
+                raise HarnessError("the evaluator pool is closed")
+            self._top_up(1)
+            ready = [w for w in self._spares if w.ready]
+            worker = ready[0] if ready else self._spares[0]
+            self._spares.remove(worker)
+            if not self.platform.exclusive:
+                self._top_up(self.settings.spares)
+        try:
+            info = worker.wait_ready()
+        except BaseException:
+            worker.close()
+            raise
+        self._save_trusted_cache(worker)
+        self.device_info = info
+        return worker
+
+    def _release(self, worker: WorkerHandle) -> None:
+        """End a worker's life. Where nothing may run beside a timing (the CPU), its replacement
+        starts only now: even a spare's interpreter start-up would disturb the timing."""
+        worker.close()
+        if self.platform.exclusive:
+            with self._lock:
+                self._top_up(self.settings.spares)
+
+    def _save_trusted_cache(self, worker: WorkerHandle) -> None:
+        """The first prepared worker's compile cache, taken before it sees any candidate."""
+        target = self.trusted_cache
+        if target is None or target.is_dir() or not worker.inductor_cache.is_dir():
+            return
+        tmp = target.with_name(target.name + f".tmp{time.monotonic_ns()}")
+        try:
+            shutil.copytree(worker.inductor_cache, tmp, symlinks=True)
+            tmp.rename(target)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- evaluation --------------------------------------------------------------------------------
+
+    def submit(self, source: str, label: str = "candidate.py") -> Future[Verdict]:
+        return self._executor.submit(self.evaluate_one, source, label)
+
+    def evaluate_many(self, items: Iterable[tuple[str, str]]) -> Iterator[Verdict]:
+        """(source, label) pairs in; verdicts out, in submission order."""
+        futures = [self.submit(src, label) for src, label in items]
+        for f in futures:
+            yield f.result()
+
+    def evaluate_one(self, source: str, label: str = "candidate.py") -> Verdict:
+        digest = candidate_hash(source)
+        self.on_event("start", label, None)
+        base = {"candidate": label, "candidate_hash": digest, "spec": self.spec.name,
+                "spec_fingerprint": self.spec.fingerprint, "platform": self.platform.name}  # fmt: skip
+        report = self._static(source)
+        kind = _primary_kind(report, self.platform)
+        if report.syntax_error:
+            verdict = Verdict.failure(Status.COMPILE_ERROR, f"syntax error: {report.syntax_error}", **base)
+        elif report.violations:
+            first = report.violations[0]
+            more = f" (and {len(report.violations) - 1} more)" if len(report.violations) > 1 else ""
+            verdict = Verdict.failure(
+                Status.GUARD_VIOLATION,
+                f"{first}{more}",
+                violations=report.violations,
+                candidate_kind=kind,
+                **base,
+            )
+        else:
+            verdict = self._run(source, digest, kind, label, base)
+        verdict.method = verdict.method if verdict.method.device else self._method()
+        self.on_event("done", label, verdict)
+        return verdict
+
+    def _static(self, source: str) -> StaticReport:
+        report = check_source(
+            source,
+            accepted_kinds=self.platform.kinds,
+            platform=self.platform.name,
+            allow_imports=self.spec.allow_imports,
+            allow_torch_ops=self.spec.allow_torch_ops,
+        )
+        if not self.static_guards and report.syntax_error is None:
+            report.violations = []
+            report.kinds = report.kinds or set(self.platform.kinds)
+        return report
+
+    def _run(self, source: str, digest: str, kind: str | None, label: str, base: dict[str, Any]) -> Verdict:
+        worker = self._take()
+        try:
+            outcome = worker.run_job(
+                "evaluate",
+                {
+                    "source": source,
+                    "candidate_hash": digest,
+                    "kind": kind,
+                    "uses_load_inline": "load_inline" in source,
+                    "profile": self.profile,
+                },
+                on_phase=lambda phase: self.on_event("phase", label, phase),
+            )
+        finally:
+            self._release(worker)
+        return self._verdict_from(outcome, base, kind)
+
+    def _verdict_from(self, outcome: Outcome, base: dict[str, Any], kind: str | None) -> Verdict:
+        s = self.settings
+        if outcome.kind == "result" and outcome.message and "verdict" in outcome.message:
+            verdict = Verdict.from_dict(outcome.message["verdict"])
+            verdict.candidate, verdict.candidate_hash = base["candidate"], base["candidate_hash"]
+            return verdict
+        if outcome.kind == "timeout":
+            limit = s.compile_timeout_s if outcome.phase in ("start", "compile") else s.run_timeout_s
+            what = "compiling" if outcome.phase in ("start", "compile") else "running"
+            message = (
+                f"timed out while {what} (phase {outcome.phase}, limit {limit:.0f} s); the worker was killed"
+            )
+            return Verdict.failure(
+                Status.TIMEOUT, message, candidate_kind=kind, log_tail=outcome.log_tail, **base
+            )
+        if outcome.kind == "crash":
+            status = Status.OOM if "SIGKILL" in outcome.detail else Status.CRASH
+            if "CPU-time" in outcome.detail:
+                status = Status.TIMEOUT
+            message = f"{outcome.detail} during phase {outcome.phase}"
+            return Verdict.failure(status, message, candidate_kind=kind, log_tail=outcome.log_tail, **base)
+        detail = (outcome.message or {}).get("message", "no message")
+        return Verdict.failure(
+            Status.RUNTIME_ERROR,
+            f"the harness failed while running the candidate (phase {outcome.phase}): {detail}",
+            candidate_kind=kind,
+            log_tail=((outcome.message or {}).get("traceback") or outcome.log_tail)[-3000:],
+            **base,
+        )
+
+    def _method(self) -> Method:
+        info = self.device_info or {}
+        versions = info.get("versions", {})
+        return Method(
+            platform=info.get("target", self.platform.name),
+            device=info.get("device", ""),
+            driver=versions.get("driver"),
+            torch=versions.get("torch"),
+            triton=versions.get("triton"),
+            python=versions.get("python"),
+            kernelevolve=info.get("kernelevolve"),
+            precision_policy=self.spec.precision,
+            fitness_baseline=self.settings.fitness_baseline,
+        )
+
+    # -- jobs without a candidate ------------------------------------------------------------------
+
+    def run_trusted(self, op: str) -> dict[str, Any]:
+        """`baselines` or `profile` in a prepared worker that never sees a candidate."""
+        worker = self._take()
+        try:
+            outcome = worker.run_job(op, {})
+        finally:
+            self._release(worker)
+        if outcome.kind != "result" or outcome.message is None:
+            detail = (outcome.message or {}).get("message") or outcome.detail
+            raise HarnessError(
+                f"the {op} job failed ({outcome.kind}): {detail}", hint=outcome.log_tail[-1500:]
+            )
+        return outcome.message
+
+
+def _primary_kind(report: StaticReport, platform: Platform) -> str | None:
+    kinds = report.kinds & set(platform.kinds)
+    untimed = kinds - set(platform.timed_kinds)
+    if untimed:
+        return sorted(untimed)[0]
+    return sorted(kinds)[0] if kinds else (sorted(report.kinds)[0] if report.kinds else None)
+
+
+def measure_profile(platform: Platform, settings: Settings) -> dict[str, Any]:
+    """Measure the hardware profile in a trusted worker (no spec, no candidate)."""
+    handle = WorkerHandle(platform=platform, settings=settings, spec_path=None, precision="strict_fp32",
+                          device_index=settings.device).start()  # fmt: skip
+    try:
+        handle.wait_ready()
+        outcome = handle.run_job("profile", {})
+    finally:
+        handle.close()
+    if outcome.kind != "result" or outcome.message is None or "profile" not in outcome.message:
+        detail = (outcome.message or {}).get("message") or outcome.detail
+        raise HarnessError(
+            f"measuring the hardware profile failed ({outcome.kind}): {detail}", hint=outcome.log_tail[-1500:]
+        )
+    return dict(outcome.message["profile"])

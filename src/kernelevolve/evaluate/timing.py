@@ -1,0 +1,318 @@
+"""Timing: the candidate interleaved with live baselines, fresh inputs every round, cold caches.
+
+One shape is timed in rounds. Each round:
+1. draws fresh inputs on the device (a new seed: contents differ from every earlier call, so caching
+   by pointer or by value cannot win) and copies them into each callee's own persistent buffers
+   (addresses never change, so a pointer cache would return stale results);
+2. runs the callees (eager, compile, candidate) in a shuffled order, each after a cache flush
+   (a write of a buffer larger than the L2 or last-level cache), timed by the platform's timer;
+3. in a random ~10% of rounds, verifies the candidate's output from that very timed call against the
+   reference on a pristine copy of the round's inputs: timed calls are checked, not just warm-ups.
+On CUDA the timer records events around the call, snapshots the output right after the end event,
+then synchronizes the whole device and records one more event: the gap ("tail") between the end
+event and the device going idle shows work left running on another stream. A candidate whose tail
+exceeds the baselines' by a wide margin is refused; and its snapshot, taken while that work still
+ran, fails the output check.
+Shapes whose single call is shorter than `graph_threshold_us` are timed as CUDA-graph replays for
+every callee (launch overhead would otherwise dominate); the choice is recorded per shape.
+Statistics: the median over rounds, the interquartile range, and the spread (half-range of the
+medians of 5 consecutive blocks of rounds, relative to the median).
+
+This module never decides correctness thresholds (see `correctness.py`); it calls back into the
+worker for the reference and the comparison.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kernelevolve.evaluate.verdict import TimeStats, Violation
+
+Outputs = list[Any]
+
+
+class Timer(Protocol):
+    name: str
+    l2: str
+
+    def flush(self) -> None: ...
+    def time_call(
+        self, fn: Callable[[], Outputs], snapshot: bool
+    ) -> tuple[float, float, Outputs, Outputs | None]: ...
+    def sync(self) -> None: ...
+
+
+class CudaTimer:
+    """CUDA (and ROCm through torch.cuda) events on the current stream, device-wide idle check."""
+
+    name = "cuda_events"
+
+    def __init__(self, device: Any, l2_bytes: int):
+        import torch
+
+        self.torch = torch
+        self.device = device
+        size = max(256 * 2**20, 4 * l2_bytes)
+        self.buf = torch.empty(size // 4, dtype=torch.int32, device=device)
+        self.l2 = f"flushed before every call (write of {size // 2**20} MiB, L2 {l2_bytes // 2**20} MiB)"
+
+    def flush(self) -> None:
+        self.buf.zero_()
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+    def time_call(
+        self, fn: Callable[[], Outputs], snapshot: bool
+    ) -> tuple[float, float, Outputs, Outputs | None]:
+        cuda = self.torch.cuda
+        start, end, idle = (
+            cuda.Event(enable_timing=True),
+            cuda.Event(enable_timing=True),
+            cuda.Event(enable_timing=True),
+        )
+        start.record()
+        outs = fn()
+        end.record()
+        snap = [o.detach().clone() for o in outs] if snapshot else None
+        cuda.synchronize(self.device)
+        idle.record()
+        idle.synchronize()
+        return start.elapsed_time(end) / 1e3, end.elapsed_time(idle) / 1e3, outs, snap
+
+
+class CpuTimer:
+    """perf_counter around the call; the last-level cache is flushed by writing a larger buffer."""
+
+    name = "perf_counter"
+
+    def __init__(self, llc_bytes: int):
+        import torch
+
+        self.torch = torch
+        size = max(64 * 2**20, 2 * llc_bytes)
+        self.buf = torch.empty(size // 4, dtype=torch.int32)
+        self.l2 = f"last-level cache flushed before every call (write of {size // 2**20} MiB)"
+
+    def flush(self) -> None:
+        self.buf.fill_(1)
+
+    def sync(self) -> None:
+        pass
+
+    def time_call(
+        self, fn: Callable[[], Outputs], snapshot: bool
+    ) -> tuple[float, float, Outputs, Outputs | None]:
+        t0 = time.perf_counter_ns()
+        outs = fn()
+        t1 = time.perf_counter_ns()
+        snap = [o.detach().clone() for o in outs] if snapshot else None
+        return (t1 - t0) / 1e9, 0.0, outs, snap
+
+
+class Callee:
+    """One function timed at one shape, on its own persistent input buffers, optionally as a graph."""
+
+    def __init__(self, name: str, fn: Callable[..., Outputs], buffers: list[Any]):
+        self.name = name
+        self.fn = fn
+        self.buffers = buffers
+        self.graph: Any = None
+        self.graph_out: Outputs | None = None
+
+    def call(self) -> Outputs:
+        if self.graph is not None:
+            self.graph.replay()
+            assert self.graph_out is not None
+            return self.graph_out
+        return self.fn(*self.buffers)
+
+    def capture(self, torch: Any) -> None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.fn(*self.buffers)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self.fn(*self.buffers)
+        self.graph, self.graph_out = graph, out
+
+
+@dataclass
+class ShapeTiming:
+    stats: dict[str, TimeStats] = field(default_factory=dict)
+    cuda_graphs: bool = False
+    checked: int = 0
+    violations: list[Violation] = field(default_factory=list)
+    failure: str | None = None  # a checked timed call was wrong: the message
+    notes: list[str] = field(default_factory=list)
+
+
+def summarize(times: list[float], blocks: int = 5) -> TimeStats:
+    ordered = sorted(times)
+    n = len(ordered)
+    med = statistics.median(ordered)
+    size = max(1, n // blocks)
+    block_medians = [statistics.median(times[i : i + size]) for i in range(0, n - size + 1, size)]
+    spread = (
+        (max(block_medians) - min(block_medians)) / (2 * med) if med > 0 and len(block_medians) > 1 else 0.0
+    )
+    return TimeStats(
+        median_s=med,
+        p25_s=ordered[n // 4],
+        p75_s=ordered[(3 * n) // 4],
+        min_s=ordered[0],
+        n=n,
+        spread=spread,
+    )
+
+
+@dataclass
+class TimingPlan:
+    budget_s: float
+    min_trials: int
+    max_trials: int
+    warmup: int
+    graph_threshold_s: float
+    checked_fraction: float
+    allow_graphs: bool
+    seed: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], allow_graphs: bool, checked: bool = True) -> TimingPlan:
+        return cls(
+            budget_s=float(settings["timing_budget_s"]),
+            min_trials=int(settings["min_trials"]),
+            max_trials=int(settings["max_trials"]),
+            warmup=int(settings["warmup_trials"]),
+            graph_threshold_s=float(settings["graph_threshold_us"]) * 1e-6,
+            checked_fraction=float(settings["checked_fraction"]) if checked else 0.0,
+            allow_graphs=allow_graphs,
+        )
+
+
+def time_shape(
+    callees: list[Callee],
+    timer: Timer,
+    plan: TimingPlan,
+    fresh_inputs: Callable[[int], list[Any]],
+    copy_into: Callable[[list[Any], list[Any]], None],
+    check_round: Callable[[list[Any], Outputs], str | None],
+    audit: Callable[[list[Any]], list[Violation]],
+    torch: Any,
+    has_candidate: bool = True,
+) -> ShapeTiming:
+    """Time `callees` at one shape; with `has_candidate`, the last one is the candidate, whose timed
+    outputs are checked and whose calls are audited. See the module docstring."""
+    result = ShapeTiming()
+    rng = random.Random(plan.seed)
+    candidate = callees[-1] if has_candidate else None
+
+    def load(round_seed: int) -> list[Any]:
+        inputs = fresh_inputs(round_seed)
+        for c in callees:
+            copy_into(c.buffers, inputs)
+        return inputs
+
+    # Warm-up, and a first estimate of each callee's time.
+    estimates: dict[str, list[float]] = {c.name: [] for c in callees}
+    for w in range(max(1, plan.warmup)):
+        load(plan.seed * 1000 + w)
+        for c in callees:
+            timer.flush()
+            t, _, _, _ = timer.time_call(c.call, snapshot=False)
+            estimates[c.name].append(t)
+    single = {name: min(ts) for name, ts in estimates.items()}
+    if plan.allow_graphs and min(single.values()) < plan.graph_threshold_s:
+        try:
+            for c in callees:
+                c.capture(torch)
+            result.cuda_graphs = True
+        except Exception as exc:  # a callee that cannot be captured is timed eagerly, like all others
+            for c in callees:
+                c.graph = None
+            result.notes.append(
+                f"CUDA graph capture failed ({type(exc).__name__}: {exc}); timed without graphs"
+            )
+            torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    load(plan.seed * 1000 + 99)
+    for c in callees:
+        timer.flush()
+        timer.time_call(c.call, snapshot=False)
+    timer.sync()
+    per_round = max(time.perf_counter() - t0, 1e-6)
+    rounds = int(min(plan.max_trials, max(plan.min_trials, plan.budget_s / per_round)))
+    checked_rounds: set[int] = set()
+    audit_rounds: set[int] = set()
+    if candidate is not None:
+        n_checked = max(3, round(rounds * plan.checked_fraction))
+        checked_rounds = set(rng.sample(range(rounds), min(rounds, n_checked))) | {rounds - 1}
+        audit_rounds = set(rng.sample(range(rounds), min(rounds, 2)))
+
+    times: dict[str, list[float]] = {c.name: [] for c in callees}
+    tails: dict[str, list[float]] = {c.name: [] for c in callees}
+    for r in range(rounds):
+        round_seed = plan.seed * 100_000 + r
+        inputs = load(round_seed)
+        check = r in checked_rounds
+        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if check else None
+        order = list(callees)
+        rng.shuffle(order)
+        snap: Outputs | None = None
+        # Every callee's outputs stay alive until the round ends: the allocator must not hand the
+        # candidate a block that still holds a baseline's answer to this very round.
+        keep: list[Outputs] = []
+        for c in order:
+            timer.flush()
+            t, tail, outs, s = timer.time_call(c.call, snapshot=check and c is candidate)
+            keep.append(outs)
+            times[c.name].append(t)
+            tails[c.name].append(tail)
+            if c is candidate:
+                snap = s
+        if check:
+            assert pristine is not None and snap is not None
+            result.checked += 1
+            failure = check_round(pristine, snap)
+            if failure:
+                result.failure = f"timed call {r + 1} of {rounds}: {failure}"
+                break
+        del keep
+        if candidate is not None and r in audit_rounds:
+            # An audit call gets contents of its own: repeating the round's would hand a value cache a hit.
+            copy_into(candidate.buffers, fresh_inputs(round_seed + 7_919_000))
+            result.violations.extend(audit(candidate.buffers))
+            if result.violations:
+                break
+    if result.failure or result.violations:
+        return result
+    result.stats = {name: summarize(ts) for name, ts in times.items()}
+    if candidate is not None:
+        _check_tails(result, tails, candidate.name)
+    return result
+
+
+def _check_tails(result: ShapeTiming, tails: dict[str, list[float]], candidate: str) -> None:
+    """Flag work that kept the device busy after the candidate's timed region ended."""
+    if not any(tails[candidate]):
+        return
+    cand = statistics.median(tails[candidate])
+    base = [statistics.median(ts) for name, ts in tails.items() if name != candidate and ts]
+    ref = max(base) if base else 0.0
+    cand_time = result.stats[candidate].median_s
+    if cand > 3 * ref + 50e-6 and cand > 0.2 * cand_time:
+        result.violations.append(
+            Violation(
+                "side-stream",
+                f"the device stayed busy {cand * 1e6:.0f} us after the candidate's timed call ended "
+                f"(baselines: {ref * 1e6:.0f} us): work continued outside the timed stream",
+            )
+        )

@@ -1,0 +1,326 @@
+"""The worker process: one per candidate, spawned fresh, prepared before the candidate exists.
+
+Life of a worker (`python -m kernelevolve.evaluate.worker`):
+1. limit itself (memory, CPU time, file size; see `sandbox.py`), then import torch and take its device;
+2. on `prepare`: load the spec, build the reference per shape, compute the reference's outputs (and
+   gradients) for every correctness trial, compile the torch.compile baseline and warm it, count
+   FLOPs and bytes for the roofline, install the launch counter. All of this happens before any
+   candidate code exists in the process, and it is what keeps start-up off the critical path: the
+   pool keeps prepared workers waiting;
+3. on `evaluate`: run one candidate (`evaluation.py`) and report one verdict; on `baselines`: time the
+   baselines alone; on `profile`: measure the hardware profile;
+4. exit without running the candidate's atexit handlers or destructors (`os._exit`).
+
+A worker never evaluates a second candidate: whatever the first did to the process dies with it.
+Threat model: see `sandbox.py` (process limits), `guards.py` and `runtime.py` (what a candidate may do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelevolve.errors import SpecError
+from kernelevolve.evaluate.protocol import Channel
+
+
+@dataclass
+class CaseState:
+    case: Any  # inputs.Case
+    digest: list[Any]
+    ref_outputs: list[Any]
+
+
+@dataclass
+class ShapeState:
+    shape: Any  # spec.ShapeSpec
+    reference: Any
+    compiled: Any = None
+    grad_outputs: list[Any] | None = None
+    cases: list[CaseState] = field(default_factory=list)
+    flops: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Prepared:
+    platform: Any
+    device: Any
+    settings: dict[str, Any]
+    notes: list[str]
+    info: dict[str, Any]
+    spec: Any = None
+    module: Any = None
+    shapes: list[ShapeState] = field(default_factory=list)
+    baseline_errors: dict[str, str] = field(default_factory=dict)
+    launches: Any = None
+    timer: Any = None
+
+
+def flatten(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, list | tuple) else [out]
+
+
+def forward_backward(model: Any, inputs: list[Any], grad_outputs: list[Any] | None, torch: Any) -> list[Any]:
+    """Outputs of `model(*inputs)`, followed (for training specs) by gradients of the floating inputs
+    and of the parameters, in a fixed order, for the given output gradients."""
+    if grad_outputs is None:
+        with torch.no_grad():
+            return flatten(model(*inputs))
+    leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+    params = [p for _, p in sorted(model.named_parameters()) if p.requires_grad]
+    outs = flatten(model(*inputs))
+    diff = [(o, g) for o, g in zip(outs, grad_outputs, strict=True) if o.requires_grad]
+    grads = torch.autograd.grad(
+        [o for o, _ in diff], leaves + params, [g for _, g in diff], allow_unused=True
+    )
+    result = [o.detach() for o in outs]
+    for g, t in zip(grads, leaves + params, strict=True):
+        result.append(torch.zeros_like(t) if g is None else g)
+    return result
+
+
+def trainable_inputs(values: list[Any], torch: Any, backward: bool) -> list[Any]:
+    if not backward:
+        return values
+    return [
+        v.detach().requires_grad_(True) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+        for v in values
+    ]
+
+
+def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
+    import torch
+
+    from kernelevolve.evaluate.runtime import LaunchCounter
+    from kernelevolve.platforms import get_platform
+
+    t0 = time.perf_counter()
+    settings = msg["settings"]
+    platform = get_platform(msg["platform"])
+    device = torch.device(platform.device_string(int(msg.get("device_index", 0))))
+    precision = msg.get("precision", "strict_fp32")
+    platform.setup(device, precision)
+    if device.type == "cuda" and msg.get("gpu_memory_fraction"):
+        torch.cuda.set_per_process_memory_fraction(float(msg["gpu_memory_fraction"]), device)
+    versions = platform.versions()
+    import kernelevolve
+
+    state = Prepared(
+        platform=platform,
+        device=device,
+        settings=settings,
+        notes=list(notes),
+        info={
+            "device": platform.device_name(device),
+            "target": platform.target(device),
+            "versions": versions,
+            "kernelevolve": kernelevolve.__version__,
+        },
+    )
+    launches = LaunchCounter()
+    launches.install()
+    state.launches = launches
+    if msg.get("spec_path"):
+        _prepare_spec(state, Path(msg["spec_path"]), torch)
+    state.timer = platform.make_timer(device)
+    state.info["prepare_s"] = time.perf_counter() - t0
+    return state
+
+
+def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
+    from kernelevolve.evaluate.inputs import check_footprint, correctness_cases, make_inputs, make_model
+    from kernelevolve.spec import flatten_outputs, import_spec_module, load_spec
+
+    spec = load_spec(path, probe=True)
+    module = import_spec_module(path)
+    state.spec, state.module = spec, module
+    check_footprint(spec, state.platform.free_memory(state.device), str(state.device))
+    cases = correctness_cases(spec, int(state.settings.get("seeds", 3)))
+    want_compile = "compile" in state.settings.get("baselines", ["eager", "compile"])
+    probes = {}
+    for shape in spec.shapes:
+        ref = make_model(spec, module, module.Model, shape, state.device)
+        st = ShapeState(shape=shape, reference=ref)
+        probe = make_inputs(spec, module, shape, seed=7, distribution="spec", device=state.device)
+        probes[shape.name] = probe
+        if spec.backward:
+            with torch.no_grad():
+                outs = flatten_outputs(spec, ref(*probe))
+            gen = torch.Generator(device=state.device).manual_seed(4242)
+            st.grad_outputs = [
+                torch.randn(o.shape, dtype=o.dtype, device=o.device, generator=gen)
+                if o.is_floating_point()
+                else None
+                for o in outs
+            ]
+        if want_compile:  # CPU-bound: overlaps other workers' timings on a GPU
+            _prepare_compiled(state, st, probe, torch)
+        state.shapes.append(st)
+    # The reference's outputs for every trial: device work, under the lease where timings could feel it.
+    with _gpu_lease(state):
+        for st in state.shapes:
+            _reference_cases(state, st, probes[st.shape.name], cases, torch)
+    state.info["spec"] = spec.name
+    state.info["spec_fingerprint"] = spec.fingerprint
+
+
+def _gpu_lease(state: Prepared) -> Any:
+    import contextlib
+
+    if state.platform.exclusive:  # the whole start-up already holds it
+        return contextlib.nullcontext()
+    from kernelevolve.evaluate.lease import DeviceLease
+
+    return DeviceLease(f"{state.platform.name}-{state.device.index or 0}")
+
+
+def _reference_cases(state: Prepared, st: ShapeState, probe: list[Any], cases: list[Any], torch: Any) -> None:
+    from kernelevolve.evaluate.correctness import same_bits
+    from kernelevolve.evaluate.inputs import digest, make_inputs
+    from kernelevolve.profile.roofline import count_flops, tensor_bytes
+    from kernelevolve.spec import flatten_outputs
+
+    spec, module, shape, ref = state.spec, state.module, st.shape, st.reference
+    for i, x in enumerate(probe):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() and not bool(x.any()):
+            state.notes.append(f"shape {shape.name}: input {i} is all zeros; checks on zeros are weak")
+    for case in (c for c in cases if c.shape == shape.name):
+        inputs = make_inputs(spec, module, shape, case.seed, case.distribution, state.device)
+        before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        outs = forward_backward(ref, trainable_inputs(inputs, torch, spec.backward), st.grad_outputs, torch)
+        flatten_outputs(spec, outs)
+        for x, b in zip(inputs, before, strict=True):
+            if isinstance(x, torch.Tensor) and not same_bits(x, b):
+                state.notes.append(f"shape {shape.name}: the reference itself modifies its inputs")
+                break
+        for j, o in enumerate(outs):
+            if o.is_floating_point() and not bool(torch.isfinite(o).all()):
+                raise SpecError(
+                    f"{spec.path}: the reference produced NaN/inf at shape {shape.name!r} "
+                    f"(seed {case.seed}, {case.distribution} inputs, output {j})",
+                    hint="inputs must keep the reference finite; narrow `scaled_range` if scaling breaks it",
+                )
+        st.cases.append(CaseState(case, digest(inputs), [o.detach().clone() for o in outs]))
+    first = st.cases[0].ref_outputs
+    if all(o.is_floating_point() and not bool(o.any()) for o in first):
+        state.notes.append(
+            f"shape {shape.name}: the reference output is all zeros; correctness checks are weak"
+        )
+    st.flops = (
+        int(shape.flops)
+        if shape.flops is not None
+        else _flops(ref, probe, st, spec.backward, torch, count_flops)
+    )
+    params = list(ref.parameters()) + list(ref.buffers())
+    out_bytes = tensor_bytes(first)
+    st.bytes = (
+        int(shape.bytes)
+        if shape.bytes is not None
+        else tensor_bytes(probe) + tensor_bytes(params) + out_bytes
+    )
+
+
+def _flops(ref: Any, probe: list[Any], st: ShapeState, backward: bool, torch: Any, count: Any) -> int:
+    try:
+        return count(
+            lambda: forward_backward(ref, trainable_inputs(probe, torch, backward), st.grad_outputs, torch)
+        )
+    except Exception:
+        return 0
+
+
+def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: Any) -> None:
+    """torch.compile the reference (default mode) and warm it at this shape, before any candidate."""
+    if "compile" in state.baseline_errors:
+        return
+    try:
+        compiled = torch.compile(st.reference)
+        forward_backward(
+            compiled, trainable_inputs(probe, torch, st.grad_outputs is not None), st.grad_outputs, torch
+        )
+        if state.device.type == "cuda":
+            torch.cuda.synchronize(state.device)
+        st.compiled = compiled
+    except Exception as exc:
+        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        state.baseline_errors["compile"] = f"torch.compile failed on this spec ({msg[:300]})"
+        for other in state.shapes:
+            other.compiled = None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="kernelevolve-worker")
+    parser.add_argument("--cmd-fd", type=int, required=True)
+    parser.add_argument("--res-fd", type=int, required=True)
+    parser.add_argument("--memory-bytes", type=int, required=True)
+    parser.add_argument("--cpu-seconds", type=int, required=True)
+    parser.add_argument("--file-bytes", type=int, default=4 * 2**30)
+    parser.add_argument("--lease", default=None, help="take this device lease before anything else")
+    args = parser.parse_args(argv)
+    lease = None
+    if args.lease:  # first: even importing torch would disturb a timing running beside us
+        from kernelevolve.evaluate.lease import DeviceLease
+
+        lease = DeviceLease(args.lease).acquire()
+    from kernelevolve.evaluate.sandbox import apply_limits
+
+    notes = apply_limits(args.memory_bytes, args.cpu_seconds, args.file_bytes)
+    faulthandler.enable(all_threads=True)
+    for fd in (args.cmd_fd, args.res_fd):  # programs a candidate might exec never hold our channel
+        os.set_inheritable(fd, False)
+    chan = Channel(args.cmd_fd, args.res_fd)
+    msg = chan.recv()
+    if msg is None or msg.get("op") != "prepare":
+        os._exit(2)
+    try:
+        state = prepare(msg, notes)
+    except SpecError as exc:
+        chan.send("prep_error", kind="spec", message=str(exc))
+        os._exit(0)
+    except Exception as exc:
+        chan.send(
+            "prep_error",
+            kind="harness",
+            message=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+        )
+        os._exit(0)
+    if lease is not None:
+        lease.release()
+    chan.send("ready", info=state.info, notes=state.notes)
+    msg = chan.recv()
+    if msg is None or msg.get("op") == "stop":
+        os._exit(0)
+    try:
+        if msg["op"] == "evaluate":
+            from kernelevolve.evaluate.evaluation import evaluate
+
+            chan.send("result", verdict=evaluate(state, msg, chan).to_dict())
+        elif msg["op"] == "baselines":
+            from kernelevolve.evaluate.evaluation import time_baselines
+
+            chan.send("result", baselines=time_baselines(state, msg, chan))
+        elif msg["op"] == "profile":
+            chan.send("result", profile=state.platform.measure_profile(state.device).to_dict())
+        else:
+            chan.send("error", message=f"unknown op {msg['op']!r}")
+    except Exception as exc:  # a harness failure, reported as such, never as the candidate's verdict
+        chan.send("error", message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Wait to be killed: while this process lives, whatever the candidate started is its descendant,
+    # and the engine's kill finds it.
+    chan.recv()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The library-level jobs behind the CLI: evaluate candidates, time baselines, profile the hardware.
+
+Each job opens the workspace, resolves the platform, and records what it measured. Nothing here prints
+or exits; progress is reported through an optional callback, and failures a user must act on are the
+project's exceptions (`kernelevolve.errors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kernelevolve.config import Settings
+from kernelevolve.errors import SpecError
+from kernelevolve.evaluate.pool import EvaluatorPool, candidate_hash, measure_profile
+from kernelevolve.evaluate.verdict import Verdict
+from kernelevolve.platforms import Platform, select
+from kernelevolve.spec import Spec, load_spec
+from kernelevolve.store import Workspace
+
+Progress = Callable[[str, str, Any], None]
+
+
+def device_key(identity: dict[str, str | None], platform: str) -> str:
+    parts = [platform, identity.get("device") or "?", identity.get("driver") or "-",
+             f"torch {identity.get('torch')}", f"triton {identity.get('triton')}"]  # fmt: skip
+    return " | ".join(parts)
+
+
+def hardware_profile(
+    platform: Platform, settings: Settings, ws: Workspace, remeasure: bool = False
+) -> tuple[dict[str, Any], bool]:
+    """The cached profile of this device and software, measured now if absent. (profile, measured_now)"""
+    key = device_key(platform.identity(settings.device), platform.name)
+    cached = None if remeasure else ws.get_hardware_profile(key)
+    if cached is not None:
+        return cached, False
+    profile = measure_profile(platform, settings)
+    ws.put_hardware_profile(key, platform.name, profile.get("device", ""), profile)
+    stored = ws.get_hardware_profile(key)
+    assert stored is not None
+    return stored, True
+
+
+def sized_for(settings: Settings, platform: Platform, candidates: int) -> Settings:
+    """Resolve `workers = 0` (auto: 2 on a GPU, 1 on the CPU, whose timings any concurrent work
+    would disturb) and keep no more spares than there are candidates left to take them."""
+    workers = settings.workers or (2 if platform.name in ("cuda", "rocm") else 1)
+    workers = min(workers, candidates)
+    return replace(settings, workers=workers, spares=min(settings.spares, max(0, candidates - workers)))
+
+
+def _record_spec(ws: Workspace, spec: Spec) -> None:
+    ws.record_spec(spec.fingerprint, spec.name, str(spec.path), spec.source, spec.summary())
+
+
+def expand_candidates(paths: Iterable[Path], spec_path: Path) -> list[Path]:
+    """Files as given; directories expand to their .py files that define ModelNew (the spec excluded)."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            for f in sorted(p.glob("*.py")):
+                if f.resolve() != spec_path.resolve() and "ModelNew" in f.read_text(errors="replace"):
+                    out.append(f)
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise SpecError(f"{p}: no such candidate file or directory")
+    if not out:
+        raise SpecError(
+            "no candidate files found", hint="pass .py files defining ModelNew, or a folder of them"
+        )
+    return out
+
+
+def evaluate(
+    spec_path: Path,
+    candidate_paths: list[Path],
+    settings: Settings,
+    on_event: Progress | None = None,
+    static_guards: bool = True,
+    record: bool = True,
+) -> tuple[Spec, list[Verdict]]:
+    """Evaluate candidates against a spec on the selected platform; verdicts in the given order."""
+    spec = load_spec(spec_path)
+    platform = select(settings.platform)
+    files = expand_candidates(candidate_paths, spec_path)
+    settings = sized_for(settings, platform, len(files))
+    with Workspace.open(settings.workspace) as ws:
+        _record_spec(ws, spec)
+        if on_event:
+            on_event("profile", platform.name, None)
+        profile, _ = hardware_profile(platform, settings, ws)
+        trusted = ws.cache_dir(
+            f"compile-{spec.fingerprint}-{candidate_hash(device_key(platform.identity(settings.device), platform.name))[:8]}"
+        )
+        sources = [(f.read_text(errors="replace"), str(f)) for f in files]
+        with EvaluatorPool(
+            spec, platform, settings, profile=profile, trusted_cache=trusted / "inductor",
+            on_event=on_event, static_guards=static_guards,
+        ) as pool:  # fmt: skip
+            verdicts = []
+            for (source, label), verdict in zip(sources, pool.evaluate_many(sources), strict=True):
+                if record:
+                    ws.record_candidate(source, label, verdict.candidate_kind)
+                    ws.record_evaluation(verdict.to_dict())
+                verdicts.append(verdict)
+    return spec, verdicts
+
+
+def baselines(
+    spec_path: Path, settings: Settings, on_event: Progress | None = None
+) -> tuple[Spec, list[dict[str, Any]], str]:
+    """Eager and torch.compile times per shape, measured live and cached in the workspace."""
+    spec = load_spec(spec_path)
+    platform = select(settings.platform)
+    key = device_key(platform.identity(settings.device), platform.name)
+    with Workspace.open(settings.workspace) as ws:
+        _record_spec(ws, spec)
+        trusted = ws.cache_dir(f"compile-{spec.fingerprint}-{candidate_hash(key)[:8]}")
+        trusted_settings = replace(settings, spares=0, workers=1)
+        with EvaluatorPool(
+            spec, platform, trusted_settings, trusted_cache=trusted / "inductor", on_event=on_event
+        ) as pool:
+            message = pool.run_trusted("baselines")
+            info = pool.device_info or {}
+        rows = message["baselines"]
+        for row in rows:
+            row["device"] = info.get("device")
+            row["versions"] = info.get("versions")
+            ws.put_baseline(spec.fingerprint, key, row["shape"], row)
+    return spec, rows, key

@@ -1,0 +1,201 @@
+"""The platform interface and the hardware profile every roofline is computed against.
+
+A hardware profile holds the measured ceilings (a large device-to-device copy, counting bytes read
+plus bytes written; a large library GEMM per precision) beside the datasheet's, because datasheets
+are leads, not limits: the fraction of roofline a kernel reaches is reported against the measured
+ceilings, and a kernel faster than the datasheet's roofline is flagged as impossible.
+"""
+
+from __future__ import annotations
+
+import platform as _pyplatform
+import statistics
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+# Precision classes for peak FLOP/s: what a GEMM of that kind runs at.
+FLOP_CLASSES = ("fp32", "tf32", "bf16", "fp16")
+
+
+@dataclass
+class HardwareProfile:
+    platform: str
+    device: str
+    bandwidth: float  # bytes/s, measured
+    flops: dict[str, float]  # class -> FLOP/s, measured
+    datasheet_bandwidth: float | None = None
+    datasheet_flops: dict[str, float] = field(default_factory=dict)
+    method: str = ""
+    measured_at: str = ""
+    versions: dict[str, str | None] = field(default_factory=dict)
+
+    def peak_flops(self, cls: str, datasheet: bool = False) -> float | None:
+        table = self.datasheet_flops if datasheet else self.flops
+        return table.get(cls)
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HardwareProfile:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class Platform(ABC):
+    name: str = ""
+    description: str = ""
+    kinds: frozenset[str] = frozenset()  # kernel kinds a candidate may carry here
+    timed_kinds: frozenset[str] = frozenset()  # kinds whose timings are real here
+    dsls: ClassVar[list[str]] = []
+    # True where any concurrent work disturbs timings (the CPU): workers then hold the device lease
+    # while preparing and compiling too, not only while checking and timing.
+    exclusive: bool = False
+
+    # -- engine side (cheap, no device initialization) ---------------------------------------------
+
+    @abstractmethod
+    def present(self) -> tuple[bool, str]:
+        """Whether this machine has the platform's device, and why not."""
+
+    def worker_env(self) -> dict[str, str]:
+        """Variables a worker needs on this platform."""
+        return {}
+
+    def device_string(self, index: int) -> str:
+        return "cpu"
+
+    def identity(self, index: int) -> dict[str, str | None]:
+        """Device name and software versions, read without initializing the device (engine side):
+        the key under which a hardware profile and cached baselines are stored."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        def ver(pkg: str) -> str | None:
+            try:
+                return version(pkg)
+            except PackageNotFoundError:
+                return None
+
+        return {
+            "device": self.device_name(None),
+            "driver": None,
+            "torch": ver("torch"),
+            "triton": ver("triton"),
+        }
+
+    def untimed_reason(self, kind: str) -> str:
+        return f"{kind} kernels are checked for correctness only on {self.name}"
+
+    # -- worker side (device initialized) ----------------------------------------------------------
+
+    def setup(self, device: Any, precision: str) -> None:  # noqa: B027 - optional hook
+        """Select the device and set the precision flags for the policy, once per worker."""
+
+    @abstractmethod
+    def device_name(self, device: Any) -> str: ...
+
+    def target(self, device: Any) -> str:
+        """Device kind and generation, e.g. `cuda:sm90`, `rocm:gfx942`, `cpu:x86_64-avx512`."""
+        return self.name
+
+    @abstractmethod
+    def make_timer(self, device: Any) -> Any: ...
+
+    def versions(self) -> dict[str, str | None]:
+        import sys
+
+        import torch
+
+        try:
+            import triton
+
+            triton_version: str | None = triton.__version__
+        except Exception:
+            triton_version = None
+        return {
+            "torch": torch.__version__,
+            "triton": triton_version,
+            "python": sys.version.split()[0],
+            "driver": None,
+            "os": _pyplatform.platform(),
+        }
+
+    def datasheet(self, device_name: str) -> tuple[float | None, dict[str, float]]:
+        return None, {}
+
+    def free_memory(self, device: Any) -> int:
+        import os
+
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+    def measure_profile(self, device: Any) -> HardwareProfile:
+        """Measure copy bandwidth and GEMM rates with torch on `device`."""
+        import torch
+
+        timer = self.make_timer(device)
+        copy_bytes = self._copy_size(device)
+        t_copy = _copy_time(
+            timer, torch.empty(copy_bytes // 4, dtype=torch.float32, device=device).uniform_()
+        )
+        bandwidth = 2 * copy_bytes / t_copy
+        flops: dict[str, float] = {}
+        n = self._gemm_size(device)
+        for cls in FLOP_CLASSES:
+            dtype = {
+                "fp32": torch.float32,
+                "tf32": torch.float32,
+                "bf16": torch.bfloat16,
+                "fp16": torch.float16,
+            }[cls]
+            a = torch.randn(n, n, device=device, dtype=dtype)
+            b = torch.randn(n, n, device=device, dtype=dtype)
+            saved = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = cls == "tf32"
+            try:
+                t = _median_time(timer, lambda a=a, b=b: [a @ b], repeats=5)
+                flops[cls] = 2 * n**3 / t
+            except RuntimeError:
+                pass  # a dtype the device's library cannot multiply
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = saved
+        name = self.device_name(device)
+        sheet_bw, sheet_flops = self.datasheet(name)
+        return HardwareProfile(
+            platform=self.name,
+            device=name,
+            bandwidth=bandwidth,
+            flops=flops,
+            datasheet_bandwidth=sheet_bw,
+            datasheet_flops=sheet_flops,
+            method=(
+                f"copy of {copy_bytes // 2**20} MiB (bytes read + written), median of 10; "
+                f"{n}x{n}x{n} GEMM per precision through torch, median of 5; timer {timer.name}"
+            ),
+            measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            versions=self.versions(),
+        )
+
+    def _copy_size(self, device: Any) -> int:
+        return 1 << 30
+
+    def _gemm_size(self, device: Any) -> int:
+        return 8192
+
+
+def _copy_time(timer: Any, src: Any) -> float:
+    dst = src.clone()
+    return _median_time(timer, lambda: [dst.copy_(src)], repeats=10)
+
+
+def _median_time(timer: Any, fn: Any, repeats: int) -> float:
+    fn()
+    timer.sync()
+    times = []
+    for _ in range(repeats):
+        t, _, _, _ = timer.time_call(fn, snapshot=False)
+        times.append(t)
+    return statistics.median(times)

@@ -1,0 +1,89 @@
+"""The CPU: C/C++ candidates compiled natively (kernelevolve.native, seconds per build) and timed with
+perf_counter; Triton candidates run under the Triton interpreter for correctness only.
+
+Interpreted Triton is orders of magnitude slower than compiled code and says nothing about GPU speed,
+so its verdicts carry `timed: false` and no speedups: they are labelled, never timed as if real.
+There is no datasheet for an arbitrary CPU; the roofline uses the measured profile only.
+"""
+
+from __future__ import annotations
+
+import os
+import platform as _pyplatform
+from pathlib import Path
+from typing import Any, ClassVar
+
+from kernelevolve.platforms.base import Platform
+
+
+class CpuPlatform(Platform):
+    name = "cpu"
+    description = "this machine's CPU: C/C++ kernels timed natively; Triton checked under the interpreter"
+    kinds = frozenset({"c", "triton"})
+    timed_kinds = frozenset({"c"})
+    dsls: ClassVar[list[str]] = [
+        "c/c++ (kernelevolve.native.compile_c)",
+        "triton (interpreter: correctness only)",
+    ]
+    exclusive = True
+
+    def present(self) -> tuple[bool, str]:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return False, "torch is not installed"
+        return True, ""
+
+    def worker_env(self) -> dict[str, str]:
+        return {"TRITON_INTERPRET": "1"}
+
+    def untimed_reason(self, kind: str) -> str:
+        return (
+            "triton under the interpreter: correctness only, never timed"
+            if kind == "triton"
+            else super().untimed_reason(kind)
+        )
+
+    def device_name(self, device: Any) -> str:
+        model = ""
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        return f"{model or _pyplatform.processor() or 'cpu'} ({os.cpu_count()} cpus)"
+
+    def target(self, device: Any) -> str:
+        flags = ""
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+            flags = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+        except OSError:
+            pass
+        isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "base"
+        return f"cpu:{_pyplatform.machine()}-{isa}"
+
+    def make_timer(self, device: Any) -> Any:
+        from kernelevolve.evaluate.timing import CpuTimer
+
+        return CpuTimer(_llc_bytes())
+
+    def _copy_size(self, device: Any) -> int:
+        return 128 * 2**20
+
+    def _gemm_size(self, device: Any) -> int:
+        return 512
+
+
+def _llc_bytes() -> int:
+    best = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1], 1)
+        best = max(best, int(size.rstrip("KMG")) * mult)
+    return best or 32 * 2**20

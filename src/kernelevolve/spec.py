@@ -1,0 +1,397 @@
+"""Load, validate and fingerprint specs.
+
+A spec is a Python file in the KernelBench format: a reference `Model(nn.Module)`, `get_inputs()` and
+optionally `get_init_inputs()`. A plain KernelBench file is a valid spec. The optional extensions live
+in one module-level dict, so they never collide with a file's own names:
+
+    KERNELEVOLVE = {
+        "name": "row_softmax",                     # default: the file's stem
+        "shapes": {                                # default: one shape, get_inputs() as written
+            "serving": {"weight": 0.8, "params": {"rows": 4096, "cols": 4096}},
+            "small":   {"weight": 0.2, "params": {"rows": 64, "cols": 512}},
+        },
+        "precision": "strict_fp32",                # | "tf32" | "low"
+        "dtype": "bfloat16",                       # cast floating inputs and parameters
+        "tolerance": {"rtol": 1e-3, "atol": 1e-4, "rel_norm": 5e-5},
+        "backward": False,                         # True: gradients are checked, fwd+bwd is timed
+        "allow_torch_ops": ["aten.cumsum"],        # glue ops allowed in this spec's candidates
+        "allow_imports": [],                       # extra modules candidates may import
+        "scaled_range": [0.25, 4.0],               # the second input distribution (see evaluate.inputs)
+    }
+
+A shape's `params` are passed as keyword arguments to `get_inputs(**params)`, and to
+`get_init_inputs` for the names it accepts. A shape may also carry `flops` and `bytes` to override the
+roofline's counts.
+
+Loading executes the spec file: specs are the user's own code and are trusted (candidates are not).
+Probing runs `get_inputs` and the reference on the `meta` device, so a large spec costs no memory and
+no compute here; where the meta device cannot run the reference, the worker checks it on the device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import json
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from kernelevolve.errors import SpecError
+
+PRECISION_POLICIES = ("strict_fp32", "tf32", "low")
+EXTENSION_KEYS = {
+    "name": "str: a display name",
+    "description": "str: what the spec models",
+    "shapes": "dict: name -> {weight, params, flops?, bytes?}",
+    "precision": "one of " + ", ".join(PRECISION_POLICIES),
+    "dtype": "str: float32 | bfloat16 | float16 | float64",
+    "tolerance": "dict: rtol, atol, rel_norm",
+    "backward": "bool",
+    "allow_torch_ops": "list of aten op names",
+    "allow_imports": "list of module names",
+    "scaled_range": "[low, high]: scale factors of the second input distribution",
+}
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+@dataclass
+class ShapeSpec:
+    name: str
+    weight: float  # normalized: the weights of a spec sum to 1
+    params: dict[str, Any] = field(default_factory=dict)
+    flops: float | None = None
+    bytes: float | None = None
+
+
+@dataclass
+class TensorInfo:
+    shape: list[int]
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.dtype.replace('torch.', '')}[{', '.join(map(str, self.shape))}]"
+
+
+@dataclass
+class Spec:
+    path: Path
+    name: str
+    source: str
+    shapes: list[ShapeSpec]
+    precision: str = "strict_fp32"
+    dtype: str | None = None
+    tolerance: dict[str, float] | None = None
+    backward: bool = False
+    allow_torch_ops: list[str] = field(default_factory=list)
+    allow_imports: list[str] = field(default_factory=list)
+    scaled_range: tuple[float, float] = (0.25, 4.0)
+    description: str = ""
+    # Filled by probing (None where the meta device could not run the reference).
+    inputs: dict[str, list[TensorInfo | str]] = field(default_factory=dict)
+    outputs: dict[str, list[TensorInfo] | None] = field(default_factory=dict)
+    param_bytes: dict[str, int | None] = field(default_factory=dict)
+    fingerprint: str = ""
+
+    def shape(self, name: str) -> ShapeSpec:
+        for s in self.shapes:
+            if s.name == name:
+                return s
+        raise SpecError(f"{self.path}: no shape named {name!r}", hint="shapes: " + ", ".join(self.names))
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.shapes]
+
+    def footprint_bytes(self, shape: str) -> int | None:
+        """Bytes of inputs, outputs and parameters at one shape, if probing could count them."""
+        ins, outs = self.inputs.get(shape), self.outputs.get(shape)
+        if ins is None or outs is None or self.param_bytes.get(shape) is None:
+            return None
+        total = sum(_nbytes(t) for t in ins if isinstance(t, TensorInfo))
+        return total + sum(_nbytes(t) for t in outs) + (self.param_bytes[shape] or 0)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "fingerprint": self.fingerprint,
+            "precision": self.precision,
+            "dtype": self.dtype,
+            "backward": self.backward,
+            "shapes": [
+                {
+                    "name": s.name,
+                    "weight": s.weight,
+                    "params": s.params,
+                    "inputs": [str(t) for t in self.inputs.get(s.name, [])],
+                    "outputs": [str(t) for t in (self.outputs.get(s.name) or [])],
+                }
+                for s in self.shapes
+            ],
+        }
+
+
+def _nbytes(t: TensorInfo) -> int:
+    import torch
+
+    n = 1
+    for d in t.shape:
+        n *= d
+    dtype = getattr(torch, t.dtype.replace("torch.", ""))
+    return n * dtype.itemsize
+
+
+def import_spec_module(path: Path) -> ModuleType:
+    """Execute a spec file as a fresh module. Every failure is a `SpecError` naming the file."""
+    if not path.is_file():
+        raise SpecError(f"{path}: no such file", hint="pass the path of a KernelBench-format .py file")
+    source = path.read_text()
+    try:
+        compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise SpecError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    mod_name = f"kernelevolve_spec_{digest}"
+    loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+    assert loader_spec is not None and loader_spec.loader is not None
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[mod_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[mod_name]
+        raise SpecError(f"{path}: importing the spec raised {_describe(exc)}") from exc
+    return module
+
+
+def _describe(exc: BaseException) -> str:
+    """`TypeError: ...` plus the innermost frame inside the spec file, if any."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "kernelevolve" not in f.filename]
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def load_spec(path: str | Path, probe: bool = True) -> Spec:
+    """Load and validate a spec file. `probe` runs it on the meta device to learn its tensors."""
+    path = Path(path)
+    module = import_spec_module(path)
+    source = path.read_text()
+    model = getattr(module, "Model", None)
+    import torch
+
+    if model is None or not (inspect.isclass(model) and issubclass(model, torch.nn.Module)):
+        raise SpecError(
+            f"{path}: no reference `Model` class (an nn.Module subclass) is defined",
+            hint="a spec defines class Model(nn.Module), get_inputs() and get_init_inputs()",
+        )
+    if not callable(getattr(module, "get_inputs", None)):
+        raise SpecError(
+            f"{path}: no `get_inputs()` function", hint="it returns the reference's forward arguments"
+        )
+    init = getattr(module, "get_init_inputs", None)
+    if init is not None and not callable(init):
+        raise SpecError(f"{path}: `get_init_inputs` is not a function")
+    ext = getattr(module, "KERNELEVOLVE", {}) or {}
+    spec = _parse_extensions(path, source, ext)
+    if probe:
+        for shape in spec.shapes:
+            _probe_shape(spec, module, shape)
+    spec.fingerprint = fingerprint(spec)
+    return spec
+
+
+def _parse_extensions(path: Path, source: str, ext: Any) -> Spec:
+    if not isinstance(ext, dict):
+        raise SpecError(f"{path}: KERNELEVOLVE must be a dict, not {type(ext).__name__}")
+    unknown = set(ext) - set(EXTENSION_KEYS)
+    if unknown:
+        valid = "; ".join(f"{k} ({v})" for k, v in EXTENSION_KEYS.items())
+        raise SpecError(f"{path}: unknown KERNELEVOLVE keys {sorted(unknown)}", hint=f"valid keys: {valid}")
+    precision = ext.get("precision", "strict_fp32")
+    if precision not in PRECISION_POLICIES:
+        raise SpecError(f"{path}: precision {precision!r} is not one of {', '.join(PRECISION_POLICIES)}")
+    dtype = ext.get("dtype")
+    if dtype is not None and dtype not in DTYPES:
+        raise SpecError(f"{path}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    tol = ext.get("tolerance")
+    if tol is not None:
+        if not isinstance(tol, dict) or set(tol) - {"rtol", "atol", "rel_norm"}:
+            raise SpecError(f"{path}: tolerance must be a dict with keys among rtol, atol, rel_norm")
+        tol = {k: float(v) for k, v in tol.items()}
+    scaled = ext.get("scaled_range", (0.25, 4.0))
+    if not (
+        isinstance(scaled, list | tuple) and len(scaled) == 2 and 0 < float(scaled[0]) <= float(scaled[1])
+    ):
+        raise SpecError(f"{path}: scaled_range must be [low, high] with 0 < low <= high")
+    return Spec(
+        path=path,
+        name=str(ext.get("name") or path.stem),
+        source=source,
+        shapes=_parse_shapes(path, ext.get("shapes")),
+        precision=precision,
+        dtype=dtype,
+        tolerance=tol,
+        backward=bool(ext.get("backward", False)),
+        allow_torch_ops=[str(o) for o in ext.get("allow_torch_ops", [])],
+        allow_imports=[str(m) for m in ext.get("allow_imports", [])],
+        scaled_range=(float(scaled[0]), float(scaled[1])),
+        description=str(ext.get("description", "")),
+    )
+
+
+def _parse_shapes(path: Path, shapes: Any) -> list[ShapeSpec]:
+    if shapes is None:
+        return [ShapeSpec(name="default", weight=1.0)]
+    if not isinstance(shapes, dict) or not shapes:
+        raise SpecError(f"{path}: KERNELEVOLVE['shapes'] must be a non-empty dict of name -> shape")
+    out = []
+    for name, entry in shapes.items():
+        if not isinstance(entry, dict) or set(entry) - {"weight", "params", "flops", "bytes"}:
+            raise SpecError(
+                f"{path}: shape {name!r} must be a dict with keys among weight, params, flops, bytes"
+            )
+        weight = float(entry.get("weight", 1.0))
+        if weight <= 0:
+            raise SpecError(f"{path}: shape {name!r} has weight {weight}; weights must be positive")
+        params = entry.get("params", {})
+        if not isinstance(params, dict):
+            raise SpecError(f"{path}: shape {name!r}: params must be a dict of keyword arguments")
+        out.append(ShapeSpec(str(name), weight, dict(params), entry.get("flops"), entry.get("bytes")))
+    total = sum(s.weight for s in out)
+    for s in out:
+        s.weight /= total
+    return out
+
+
+def call_get_inputs(spec: Spec, module: ModuleType, shape: ShapeSpec) -> list[Any]:
+    """get_inputs(**params), checked: a list of tensors and Python scalars."""
+    try:
+        inputs = module.get_inputs(**shape.params)
+    except Exception as exc:
+        raise SpecError(f"{spec.path}: get_inputs({_kw(shape.params)}) raised {_describe(exc)}") from exc
+    import torch
+
+    if not isinstance(inputs, list | tuple):
+        raise SpecError(f"{spec.path}: get_inputs() returned {type(inputs).__name__}; it must return a list")
+    for i, item in enumerate(inputs):
+        if not isinstance(item, torch.Tensor | int | float | bool):
+            raise SpecError(
+                f"{spec.path}: get_inputs() item {i} is a {type(item).__name__}; "
+                "inputs must be tensors or Python scalars"
+            )
+    if not any(isinstance(x, torch.Tensor) for x in inputs):
+        raise SpecError(f"{spec.path}: get_inputs() returned no tensor")
+    return list(inputs)
+
+
+def call_get_init_inputs(spec: Spec, module: ModuleType, shape: ShapeSpec) -> list[Any]:
+    fn = getattr(module, "get_init_inputs", None)
+    if fn is None:
+        return []
+    accepted = inspect.signature(fn).parameters
+    takes_kw = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    kw = {k: v for k, v in shape.params.items() if takes_kw or k in accepted}
+    try:
+        init = fn(**kw)
+    except Exception as exc:
+        raise SpecError(f"{spec.path}: get_init_inputs() raised {_describe(exc)}") from exc
+    if not isinstance(init, list | tuple):
+        raise SpecError(
+            f"{spec.path}: get_init_inputs() returned {type(init).__name__}; it must return a list"
+        )
+    return list(init)
+
+
+def flatten_outputs(spec: Spec, out: Any) -> list[Any]:
+    """The reference's outputs as a list of tensors, or a SpecError."""
+    import torch
+
+    outs = list(out) if isinstance(out, list | tuple) else [out]
+    for i, o in enumerate(outs):
+        if not isinstance(o, torch.Tensor):
+            raise SpecError(
+                f"{spec.path}: Model.forward output {i} is a {type(o).__name__}; "
+                "the reference must return a tensor or a tuple of tensors"
+            )
+    return outs
+
+
+def _kw(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in params.items())
+
+
+def _probe_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> None:
+    """Learn a shape's tensors on the meta device: no memory, no compute."""
+    import torch
+
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        inputs = call_get_inputs(spec, module, shape)
+    spec.inputs[shape.name] = [
+        TensorInfo(
+            list(x.shape), str(x.dtype if spec.dtype is None or not x.is_floating_point() else spec.dtype)
+        )
+        if isinstance(x, torch.Tensor)
+        else repr(x)
+        for x in inputs
+    ]
+    init = call_get_init_inputs(spec, module, shape)
+    try:
+        with torch.device("meta"):
+            model = module.Model(*init)
+    except Exception as exc:
+        raise SpecError(f"{spec.path}: Model(*get_init_inputs()) raised {_describe(exc)}") from exc
+    if spec.dtype is not None:
+        model = model.to(getattr(torch, spec.dtype))
+    spec.param_bytes[shape.name] = sum(p.numel() * p.element_size() for p in model.parameters()) + sum(
+        b.numel() * b.element_size() for b in model.buffers()
+    )
+    try:
+        with torch.no_grad():
+            out = model(*[_meta_cast(spec, x) for x in inputs])
+    except Exception:
+        # Data-dependent ops cannot run on meta; the worker checks the outputs on the device.
+        spec.outputs[shape.name] = None
+        return
+    outs = flatten_outputs(spec, out)
+    spec.outputs[shape.name] = [TensorInfo(list(o.shape), str(o.dtype)) for o in outs]
+
+
+def _meta_cast(spec: Spec, x: Any) -> Any:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        x = x.to("meta")
+        if spec.dtype is not None and x.is_floating_point():
+            x = x.to(getattr(torch, spec.dtype))
+    return x
+
+
+def fingerprint(spec: Spec) -> str:
+    """A stable key over what defines the problem: source, shapes, dtype and policy."""
+    source = "\n".join(line.rstrip() for line in spec.source.strip().splitlines())
+    payload = {
+        "source": source,
+        "shapes": [
+            {
+                "name": s.name,
+                "weight": round(s.weight, 9),
+                "params": s.params,
+                "inputs": [str(t) for t in spec.inputs.get(s.name, [])],
+            }
+            for s in spec.shapes
+        ],
+        "precision": spec.precision,
+        "dtype": spec.dtype,
+        "backward": spec.backward,
+        "tolerance": spec.tolerance,
+        "allow_torch_ops": sorted(spec.allow_torch_ops),
+        "scaled_range": list(spec.scaled_range),
+    }
+    blob = json.dumps(payload, sort_keys=True, default=repr).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,156 @@
+"""Numbered schema migrations for the workspace database, in the style of simonw/llm.
+
+Each migration is a function `mNNN_what(conn)` registered in order with `@migration`; the names of
+the applied ones live in `_migrations`. `migrate(conn)` applies the missing ones in registration
+order, each in its own `BEGIN IMMEDIATE` transaction together with its `_migrations` row, so a crash
+or a second process opening the same workspace never sees half a migration or applies one twice.
+
+Rules for adding one: append, never edit or reorder an applied migration; name it `m002_...`,
+`m003_...`; execute statements one by one with `conn.execute` (`executescript` would commit the
+surrounding transaction).
+
+Deliberately not here: downgrades. A database that records a migration this code does not know
+was written by a newer kernelevolve, and `migrate` refuses it rather than guess.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from kernelevolve.errors import WorkspaceError
+
+Migration = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[Migration] = []
+
+
+def migration(fn: Migration) -> Migration:
+    """Register `fn` as the next migration."""
+    MIGRATIONS.append(fn)
+    return fn
+
+
+def migrate(conn: sqlite3.Connection) -> list[str]:
+    """Apply the migrations missing from `conn` in order; return the names applied now.
+
+    `conn` must be in autocommit mode (`isolation_level=None`): transactions here are explicit.
+    """
+    check_known(conn)
+    conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+    applied_now: list[str] = []
+    for fn in MIGRATIONS:
+        name = fn.__name__
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-read inside the write lock: another process may have applied it meanwhile.
+            if conn.execute("SELECT 1 FROM _migrations WHERE name = ?", (name,)).fetchone() is None:
+                fn(conn)
+                conn.execute(
+                    "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)",
+                    (name, datetime.now(UTC).isoformat(timespec="microseconds")),
+                )
+                applied_now.append(name)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return applied_now
+
+
+def check_known(conn: sqlite3.Connection) -> None:
+    """Refuse a database that is not a workspace's, or that a newer kernelevolve has migrated."""
+    tables = {
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    if "_migrations" not in tables:
+        if tables:
+            raise WorkspaceError(
+                f"the database holds tables ({', '.join(sorted(tables))}) but no kernelevolve migrations",
+                hint="it is not a kernelevolve workspace database; point --workspace at another directory",
+            )
+        return
+    applied = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+    unknown = sorted(applied - {fn.__name__ for fn in MIGRATIONS})
+    if unknown:
+        raise WorkspaceError(
+            f"the workspace database was written by a newer kernelevolve (unknown migrations: "
+            f"{', '.join(unknown)})",
+            hint="upgrade kernelevolve (pip install -U kernelevolve), or use another --workspace",
+        )
+
+
+def _run(conn: sqlite3.Connection, *statements: str) -> None:
+    for statement in statements:
+        conn.execute(statement)
+
+
+@migration
+def m001_initial(conn: sqlite3.Connection) -> None:
+    _run(
+        conn,
+        """
+        CREATE TABLE specs (
+            fingerprint TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            path TEXT NOT NULL,
+            source_blob TEXT NOT NULL,
+            info_json TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )
+        """,
+        "CREATE INDEX idx_specs_name ON specs (name)",
+        """
+        CREATE TABLE candidates (
+            hash TEXT PRIMARY KEY,
+            path TEXT NOT NULL,
+            kind TEXT,
+            size_bytes INTEGER NOT NULL,
+            created_at TEXT NOT NULL
+        )
+        """,
+        # The foreign keys are nullable: a verdict for something that never got that far (no spec
+        # fingerprint, no candidate hash) is still recorded.
+        """
+        CREATE TABLE evaluations (
+            id INTEGER PRIMARY KEY,
+            created_at TEXT NOT NULL,
+            spec_fingerprint TEXT REFERENCES specs (fingerprint),
+            candidate_hash TEXT REFERENCES candidates (hash),
+            platform TEXT,
+            device TEXT,
+            status TEXT NOT NULL,
+            correct INTEGER NOT NULL,
+            speedup_vs_eager REAL,
+            speedup_vs_compile REAL,
+            fitness REAL,
+            verdict_json TEXT NOT NULL
+        )
+        """,
+        "CREATE INDEX idx_evaluations_spec_created ON evaluations (spec_fingerprint, created_at)",
+        "CREATE INDEX idx_evaluations_candidate ON evaluations (candidate_hash)",
+        # Baselines and hardware profiles are caches: no foreign keys, so filling one never fails.
+        """
+        CREATE TABLE baselines (
+            spec_fingerprint TEXT NOT NULL,
+            device_key TEXT NOT NULL,
+            shape TEXT NOT NULL,
+            data_json TEXT NOT NULL,
+            measured_at TEXT NOT NULL,
+            PRIMARY KEY (spec_fingerprint, device_key, shape)
+        )
+        """,
+        """
+        CREATE TABLE hardware_profiles (
+            key TEXT PRIMARY KEY,
+            platform TEXT NOT NULL,
+            device TEXT NOT NULL,
+            data_json TEXT NOT NULL,
+            measured_at TEXT NOT NULL
+        )
+        """,
+    )

@@ -1,0 +1,68 @@
+"""Shared fixtures. GPU tests (marker `gpu`) are skipped where torch sees no CUDA device; they run on
+the device machine with `pytest -m gpu`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kernelevolve.config import Settings
+from kernelevolve.evaluate import EvaluatorPool
+from kernelevolve.platforms import get_platform
+from kernelevolve.spec import load_spec
+
+SPECS = Path(__file__).parent / "specs"
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the device machine with -m gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def cpu_settings(tmp: Path, **overrides: object) -> Settings:
+    """Fast settings for CPU tests: eager baseline only, short timing, generous timeouts."""
+    base = Settings(
+        workspace=tmp / "ws",
+        platform="cpu",
+        baselines=["eager"],
+        fitness_baseline="eager",
+        timing_budget_s=0.15,
+        min_trials=10,
+        max_trials=40,
+        warmup_trials=2,
+        compile_timeout_s=90,
+        run_timeout_s=60,
+        memory_limit_gb=6,
+        workers=1,
+        spares=1,
+    )
+    return replace(base, **overrides).validate()  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def softmax_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvaluatorPool]:
+    """One pool for a module's candidates: each still gets its own fresh, prepared worker."""
+    tmp = tmp_path_factory.mktemp("softmax")
+    with EvaluatorPool(load_spec(SPECS / "softmax.py"), get_platform("cpu"), cpu_settings(tmp)) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def unguarded_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvaluatorPool]:
+    """Static guards off: proves each runtime check catches its trick on its own."""
+    tmp = tmp_path_factory.mktemp("unguarded")
+    settings = cpu_settings(tmp, compile_timeout_s=60, run_timeout_s=20)
+    with EvaluatorPool(
+        load_spec(SPECS / "softmax.py"), get_platform("cpu"), settings, static_guards=False
+    ) as pool:
+        yield pool

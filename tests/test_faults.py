@@ -1,0 +1,226 @@
+"""Bad input and faults: each becomes a clear verdict, and the next candidate runs on a healthy harness.
+
+The OS-level faults (os._exit, fork, reading the environment) are refused by the static guards first;
+these tests turn the static guards off to show that the process isolation contains them anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelevolve.evaluate import EvaluatorPool, Status
+from kernelevolve.evaluate.lease import DeviceLease
+from kernelevolve.platforms import get_platform
+from kernelevolve.spec import load_spec
+from tests.conftest import SPECS, cpu_settings
+from tests.cpu_candidates import HONEST, candidate
+
+pytestmark = pytest.mark.slow
+
+SECRET = "sekrit-value-4242"
+
+
+@pytest.fixture(scope="module")
+def fault_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvaluatorPool]:
+    """Short timeouts; static guards off so the runtime containment is what is tested. Secrets in the
+    engine's environment must not reach its workers."""
+    os.environ["KERNELEVOLVE_TEST_API_KEY"] = SECRET
+    os.environ["GITHUB_TOKEN"] = SECRET
+    tmp = tmp_path_factory.mktemp("faults")
+    settings = cpu_settings(tmp, compile_timeout_s=15, run_timeout_s=8, memory_limit_gb=3)
+    try:
+        with EvaluatorPool(
+            load_spec(SPECS / "softmax.py"), get_platform("cpu"), settings, static_guards=False
+        ) as pool:
+            yield pool
+    finally:
+        os.environ.pop("KERNELEVOLVE_TEST_API_KEY")
+        os.environ.pop("GITHUB_TOKEN")
+
+
+@pytest.fixture(scope="module")
+def guarded_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvaluatorPool]:
+    tmp = tmp_path_factory.mktemp("guarded")
+    with EvaluatorPool(
+        load_spec(SPECS / "softmax.py"), get_platform("cpu"), cpu_settings(tmp, spares=0)
+    ) as pool:
+        yield pool
+
+
+def test_syntax_error(guarded_pool: EvaluatorPool) -> None:
+    v = guarded_pool.evaluate_one("class ModelNew(:\n    pass\n", "syntax.py")
+    assert v.status == Status.COMPILE_ERROR and "syntax.py" not in v.message and ":1:" in v.message
+
+
+def test_missing_modelnew(guarded_pool: EvaluatorPool) -> None:
+    v = guarded_pool.evaluate_one(HONEST.replace("class ModelNew", "class SomethingElse"), "missing.py")
+    assert v.status == Status.GUARD_VIOLATION and any(x.rule == "no-modelnew" for x in v.violations)
+
+
+def test_import_error(fault_pool: EvaluatorPool) -> None:
+    v = fault_pool.evaluate_one(
+        candidate(prelude="from kernelevolve.native import does_not_exist"), "import_error.py"
+    )
+    assert v.status == Status.COMPILE_ERROR and "ImportError" in v.message
+
+
+def test_c_compile_error(fault_pool: EvaluatorPool) -> None:
+    source = candidate(prelude='_bad = compile_c("void broken(int x) { return x + ; }")')
+    v = fault_pool.evaluate_one(source, "c_error.py")
+    assert (
+        v.status == Status.COMPILE_ERROR and "NativeCompileError" in v.message and "candidate.c" in v.message
+    )
+
+
+def test_wrong_constructor(fault_pool: EvaluatorPool) -> None:
+    init = "\n    def __init__(self, dim):\n        super().__init__()\n"
+    v = fault_pool.evaluate_one(candidate(init=init), "ctor.py")
+    assert v.status == Status.RUNTIME_ERROR and "ModelNew(*get_init_inputs())" in v.message
+
+
+def test_python_infinite_loop_times_out(fault_pool: EvaluatorPool) -> None:
+    forward = """
+    def forward(self, x):
+        _CALLS.append(1)
+        while len(_CALLS) > 2:  # past the compile phase's warm-up calls
+            pass
+        y = torch.empty_like(x)
+        _lib.softmax_rows(x, y, x.shape[1], 0, x.shape[0], 0)
+        return y
+"""
+    t0 = time.monotonic()
+    v = fault_pool.evaluate_one(candidate(forward, prelude="_CALLS = []"), "loop.py")
+    assert v.status == Status.TIMEOUT and "correctness" in v.message, v.message
+    assert time.monotonic() - t0 < 60
+
+
+def test_import_that_never_ends_times_out_in_compile(fault_pool: EvaluatorPool) -> None:
+    v = fault_pool.evaluate_one(candidate(prelude="while True:\n    pass"), "import_loop.py")
+    assert v.status == Status.TIMEOUT and "compiling" in v.message, v.message
+
+
+def test_kernel_that_never_ends_times_out(fault_pool: EvaluatorPool) -> None:
+    forward = """
+    def forward(self, x):
+        _lib.spin_forever()
+        return x
+"""
+    v = fault_pool.evaluate_one(candidate(forward), "spin.py")
+    assert v.status == Status.TIMEOUT
+
+
+def test_segfault_is_a_crash(fault_pool: EvaluatorPool) -> None:
+    forward = """
+    def forward(self, x):
+        _lib.null_write()
+        return x
+"""
+    v = fault_pool.evaluate_one(candidate(forward), "segv.py")
+    assert v.status == Status.CRASH and "SIGSEGV" in v.message
+
+
+def test_os_exit_in_forward_is_a_crash(fault_pool: EvaluatorPool) -> None:
+    forward = """
+    def forward(self, x):
+        if len(_CALLS) >= 2:
+            os._exit(0)
+        _CALLS.append(1)
+        y = torch.empty_like(x)
+        _lib.softmax_rows(x, y, x.shape[1], 0, x.shape[0], 0)
+        return y
+"""
+    v = fault_pool.evaluate_one(candidate(forward, prelude="import os\n_CALLS = []"), "exit0.py")
+    assert v.status == Status.CRASH and "code 0" in v.message and "correctness" in v.message
+
+
+def test_memory_bomb_is_oom(fault_pool: EvaluatorPool) -> None:
+    forward = """
+    def forward(self, x):
+        hoard = []
+        while True:
+            hoard.append(torch.ones(2**27))  # 512 MiB each, touched
+"""
+    v = fault_pool.evaluate_one(candidate(forward), "bomb.py")
+    assert v.status == Status.OOM, v.message
+
+
+def _sleepers(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_fork_bomb_is_refused_and_leaves_nothing_behind(fault_pool: EvaluatorPool) -> None:
+    marker = "4242.517"
+    forward = f"""
+    def forward(self, x):
+        for i in range(12):
+            if os.fork() == 0:
+                if i % 2:
+                    os.setsid()  # try to leave the worker's process group
+                os.execvp("sleep", ["sleep", "{marker}"])
+        y = torch.empty_like(x)
+        _lib.softmax_rows(x, y, x.shape[1], 0, x.shape[0], 0)
+        return y
+"""
+    v = fault_pool.evaluate_one(candidate(forward, prelude="import os"), "forks.py")
+    assert v.status == Status.GUARD_VIOLATION and any(x.rule == "processes" for x in v.violations), v.message
+    deadline = time.monotonic() + 5
+    while _sleepers(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _sleepers(marker) == []
+
+
+def test_secrets_are_not_in_the_worker_environment(fault_pool: EvaluatorPool) -> None:
+    forward = """
+    def forward(self, x):
+        found = [k + "=" + v for k, v in os.environ.items() if "KEY" in k or "TOKEN" in k or "sekrit" in v]
+        raise RuntimeError("FOUND[" + ";".join(found) + "] HOME=" + os.environ.get("HOME", ""))
+"""
+    v = fault_pool.evaluate_one(candidate(forward, prelude="import os"), "env.py")
+    assert v.status == Status.RUNTIME_ERROR
+    assert "FOUND[]" in v.message and SECRET not in v.message
+    assert "kernelevolve-worker-" in v.message  # HOME is the worker's private directory
+
+
+def test_harness_is_healthy_after_faults(fault_pool: EvaluatorPool) -> None:
+    v = fault_pool.evaluate_one(HONEST, "honest_after_faults.py")
+    assert v.status == Status.OK, v.message
+
+
+def test_the_device_lease_excludes_worker_start_up(tmp_path: Path) -> None:
+    """On the CPU a worker takes the lease before importing anything: while another process holds
+    it, no worker can even start preparing (this once failed silently: each worker resolved its own
+    lease directory)."""
+    lease = DeviceLease("cpu-0").acquire()
+    pool = EvaluatorPool(
+        load_spec(SPECS / "softmax.py"), get_platform("cpu"), cpu_settings(tmp_path, spares=1)
+    )
+    try:
+        pool.start()
+        time.sleep(3.0)
+        (spare,) = pool._spares
+        assert spare.proc is not None and not spare.ready
+        stat = Path(f"/proc/{spare.proc.pid}/stat").read_text()
+        fields = stat[stat.rfind(")") + 2 :].split()
+        cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        assert cpu_s < 1.0  # blocked on the lease: it has not even imported torch (~2 s of CPU)
+        released = threading.Timer(0.5, lease.release)
+        released.start()
+        v = pool.evaluate_one(HONEST, "after_lease.py")
+        assert v.status == Status.OK, v.message
+    finally:
+        lease.release()
+        pool.close()
