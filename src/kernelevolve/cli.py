@@ -69,6 +69,8 @@ def _progress(total: int) -> Any:
         name = Path(label).name
         if event == "profile":
             err.print(f"[dim]hardware profile of {label}: cached in the workspace, or measured now (once)[/]")
+        elif event == "skip":
+            err.print(f"[yellow]skipped {name}: {detail}[/]")
         elif event == "start":
             err.print(f"[dim]{name}: static guards, then a prepared worker[/]")
         elif event == "phase":
@@ -132,8 +134,10 @@ def eval_cmd(
             run_timeout_s=run_timeout,
             memory_limit_gb=memory_limit_gb,
         )
-        files = jobs.expand_candidates(candidates, spec)
-        loaded, verdicts = jobs.evaluate(spec, files, settings, on_event=_progress(len(files)))
+        from kernelevolve.platforms import select
+
+        files = jobs.expand_candidates(candidates, spec, select(settings.platform))
+        loaded, verdicts = jobs.evaluate(spec, candidates, settings, on_event=_progress(len(files)))
     except KernelevolveError as exc:
         _fail(exc)
         return

@@ -106,6 +106,8 @@ def _coerce(name: str, value: Any, typ: Any) -> Any:
             return bool(value)
         if typ is Path:
             return Path(value)
+        if typ is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"{value} is not a whole number")
         return typ(value)
     except (TypeError, ValueError) as exc:
         raise WorkspaceError(f"setting {name!r}: cannot read {value!r} as {typ}", hint=str(exc)) from exc

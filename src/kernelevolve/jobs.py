@@ -14,6 +14,7 @@ from typing import Any
 
 from kernelevolve.config import Settings
 from kernelevolve.errors import SpecError
+from kernelevolve.evaluate.guards import check_source
 from kernelevolve.evaluate.pool import EvaluatorPool, candidate_hash, measure_profile
 from kernelevolve.evaluate.verdict import Verdict
 from kernelevolve.platforms import Platform, select
@@ -56,14 +57,27 @@ def _record_spec(ws: Workspace, spec: Spec) -> None:
     ws.record_spec(spec.fingerprint, spec.name, str(spec.path), spec.source, spec.summary())
 
 
-def expand_candidates(paths: Iterable[Path], spec_path: Path) -> list[Path]:
-    """Files as given; directories expand to their .py files that define ModelNew (the spec excluded)."""
+def expand_candidates(
+    paths: Iterable[Path],
+    spec_path: Path,
+    platform: Platform | None = None,
+    skipped: list[Path] | None = None,
+) -> list[Path]:
+    """Files as given; a directory expands to its .py files that define ModelNew (the spec excluded)
+    and, given a platform, carry kernels that platform runs (the others are listed in `skipped`)."""
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
             for f in sorted(p.glob("*.py")):
-                if f.resolve() != spec_path.resolve() and "ModelNew" in f.read_text(errors="replace"):
-                    out.append(f)
+                source = f.read_text(errors="replace")
+                if f.resolve() == spec_path.resolve() or "ModelNew" not in source:
+                    continue
+                kinds = check_source(source, accepted_kinds=()).kinds
+                if platform is not None and kinds and not kinds & platform.kinds:
+                    if skipped is not None:
+                        skipped.append(f)
+                    continue
+                out.append(f)
         elif p.is_file():
             out.append(p)
         else:
@@ -86,7 +100,11 @@ def evaluate(
     """Evaluate candidates against a spec on the selected platform; verdicts in the given order."""
     spec = load_spec(spec_path)
     platform = select(settings.platform)
-    files = expand_candidates(candidate_paths, spec_path)
+    skipped: list[Path] = []
+    files = expand_candidates(candidate_paths, spec_path, platform, skipped)
+    if on_event:
+        for f in skipped:
+            on_event("skip", str(f), f"its kernels do not run on {platform.name}")
     settings = sized_for(settings, platform, len(files))
     with Workspace.open(settings.workspace) as ws:
         _record_spec(ws, spec)

@@ -74,7 +74,7 @@ class TensorInfo:
     dtype: str
 
     def __str__(self) -> str:
-        return f"{self.dtype.replace('torch.', '')}[{', '.join(map(str, self.shape))}]"
+        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
 
 
 @dataclass
@@ -142,7 +142,7 @@ def _nbytes(t: TensorInfo) -> int:
     n = 1
     for d in t.shape:
         n *= d
-    dtype = getattr(torch, t.dtype.replace("torch.", ""))
+    dtype = getattr(torch, t.dtype)
     return n * dtype.itemsize
 
 
@@ -223,6 +223,12 @@ def _parse_extensions(path: Path, source: str, ext: Any) -> Spec:
         if not isinstance(tol, dict) or set(tol) - {"rtol", "atol", "rel_norm"}:
             raise SpecError(f"{path}: tolerance must be a dict with keys among rtol, atol, rel_norm")
         tol = {k: float(v) for k, v in tol.items()}
+    for key in ("allow_torch_ops", "allow_imports"):
+        value = ext.get(key, [])
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise SpecError(f'{path}: {key} must be a list of strings, e.g. ["aten.cumsum"]')
+    if not isinstance(ext.get("backward", False), bool):
+        raise SpecError(f"{path}: backward must be True or False, not {ext['backward']!r}")
     scaled = ext.get("scaled_range", (0.25, 4.0))
     if not (
         isinstance(scaled, list | tuple) and len(scaled) == 2 and 0 < float(scaled[0]) <= float(scaled[1])
@@ -329,12 +335,13 @@ def _probe_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> None:
     """Learn a shape's tensors on the meta device: no memory, no compute."""
     import torch
 
-    torch.manual_seed(0)
-    with torch.device("meta"):
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):  # the caller's random state is left alone
+        torch.manual_seed(0)
         inputs = call_get_inputs(spec, module, shape)
     spec.inputs[shape.name] = [
         TensorInfo(
-            list(x.shape), str(x.dtype if spec.dtype is None or not x.is_floating_point() else spec.dtype)
+            list(x.shape),
+            _dtype_name(x.dtype if spec.dtype is None or not x.is_floating_point() else spec.dtype),
         )
         if isinstance(x, torch.Tensor)
         else repr(x)
@@ -359,7 +366,12 @@ def _probe_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> None:
         spec.outputs[shape.name] = None
         return
     outs = flatten_outputs(spec, out)
-    spec.outputs[shape.name] = [TensorInfo(list(o.shape), str(o.dtype)) for o in outs]
+    spec.outputs[shape.name] = [TensorInfo(list(o.shape), _dtype_name(o.dtype)) for o in outs]
+
+
+def _dtype_name(dtype: Any) -> str:
+    """'float32', never 'torch.float32': one spelling in every record."""
+    return str(dtype).removeprefix("torch.")
 
 
 def _meta_cast(spec: Spec, x: Any) -> Any:

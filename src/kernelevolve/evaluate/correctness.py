@@ -89,6 +89,8 @@ def compare(out: Any, ref: Any, tol: Tolerance, what: str = "output") -> Compari
     work = torch.float64 if out.dtype == torch.float64 else torch.float32
     o = out.detach().to(work)
     r = ref.detach().to(work)
+    if not bool(torch.isfinite(r).all()):  # every comparison with NaN is False: nothing would fail
+        return Comparison(False, "reference-nan-inf", f"the reference's {what} has NaN/inf: it cannot judge")
     if not bool(torch.isfinite(o).all()):
         bad = int((~torch.isfinite(o)).sum())
         return Comparison(False, "nan-inf", f"{what} has {bad} NaN/inf elements of {o.numel()}")

@@ -10,9 +10,11 @@ call) is caught there. Neither layer is a sandbox against native code; the worke
 and the plausibility checks on results (`suspicious`) are the backstop.
 
 What a candidate may do, by default:
-- import only: torch (+ nn, nn.functional, autograd, cuda, utils.cpp_extension), triton (+ language,
-  its `extra` libraries, runtime), math, typing, functools, itertools, operator, dataclasses, enum,
-  collections, numbers, __future__, and `kernelevolve.native` (the fast C/CUDA compile path);
+- import, or reach through attributes, only the modules in ALLOWED_MODULES: torch and the parts of it
+  a kernel needs (nn, autograd, cuda, utils.cpp_extension), triton (language and its libraries,
+  runtime.driver), a few pure-Python helpers (math, functools, ...) and `kernelevolve.native`.
+  Attribute paths are resolved against the real modules, so `torch.os`, `torch.ctypes` or
+  `torch.multiprocessing` are refused like `import os`;
 - call torch only for glue: allocation, views and reshapes, device and dtype queries, launching (the
   list is TORCH_GLUE_CALLS; a spec extends it with `allow_torch_ops`);
 - define kernels for its platform: `@triton.jit` functions, or C/CUDA source compiled through
@@ -27,23 +29,33 @@ touch the OS (files, environment, processes, threads, sockets), or use side stre
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kernelevolve.evaluate.verdict import Violation
 
-ALLOWED_IMPORTS = (
+# Modules a candidate may import or reach through attributes: exact names, and subtrees ending in ".*".
+ALLOWED_MODULES = (
     "torch",
     "torch.nn",
     "torch.nn.functional",
+    "torch.nn.init",
+    "torch.nn.parameter",
+    "torch.nn.modules.*",
     "torch.autograd",
+    "torch.autograd.function",
     "torch.cuda",
+    "torch.utils",
     "torch.utils.cpp_extension",
     "triton",
+    "triton.language.*",
     "triton.language",
-    "triton.language.extra",
     "triton.runtime",
+    "triton.runtime.driver",
     "math",
     "typing",
     "functools",
@@ -57,7 +69,10 @@ ALLOWED_IMPORTS = (
     "kernelevolve.native",
 )
 
-# torch.<name>(...) calls that are glue, not compute. Everything else under torch is compute.
+# torch.<name>(...) calls that are glue, not compute. Other direct `torch.<name>(...)` calls, and
+# anything under torch.nn.functional, linalg, fft, special, sparse and nested, are compute. Calls that
+# go through modules or methods (`nn.Softmax(dim=-1)(x)`, `x.sum()`) cannot be judged from the source:
+# the runtime op recorder catches those.
 TORCH_GLUE_CALLS = frozenset(
     {
         "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like",
@@ -120,8 +135,9 @@ NATIVE_FORBIDDEN = {
     r"\bfopen\s*\(|\bopen\s*\(|\bsocket\s*\(|\bconnect\s*\(": "files or sockets",
     r"\bcudaStreamCreate|\bcudaGraph|\bcudaEvent": "side streams, graphs or timers",
     r"\bcublas|\bcudnn|\bcusparse|\bcufft|\bcblas_|\bmkl_|\bopenblas": "vendor libraries instead of a kernel",
-    r"\bat::(?!Tensor\b)\w+\s*\(|\btorch::(?!Tensor\b|empty|zeros|ones|full|kFloat|kHalf|kBFloat16|kInt|kLong|"
-    r"TensorOptions|Device|kCUDA|kCPU)\w+\s*\(": "calling torch ops from native code",
+    r"\b(?:at|torch)::(?!Tensor\b|empty|zeros|ones|full|kFloat|kHalf|kBFloat16|kInt|kLong|"
+    r"TensorOptions|Device|kCUDA|kCPU|cuda::getCurrentCUDAStream)\w+\s*\(": "calling torch ops from native code",
+    r"-l\s*(?:cublas|cudnn|cusparse|cufft|mkl|openblas|blas)": "linking vendor libraries instead of writing a kernel",
 }
 
 KIND_OF_COMPILER = {
@@ -198,14 +214,16 @@ class _Checker(ast.NodeVisitor):
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 for a in node.names:
                     self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-            elif (
-                isinstance(node, ast.Assign)
-                and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Constant)
-                and isinstance(node.value.value, str)
-            ):
-                self.string_consts[node.targets[0].id] = node.value.value
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                value = node.value
+                if (
+                    len(targets) == 1
+                    and isinstance(targets[0], ast.Name)
+                    and isinstance(value, ast.Constant)
+                    and isinstance(value.value, str)
+                ):
+                    self.string_consts[targets[0].id] = value.value
         # Second pass: `nn = torch.nn` style re-bindings of module paths.
         for node in ast.walk(tree):
             if (
@@ -220,6 +238,16 @@ class _Checker(ast.NodeVisitor):
     def qualify(self, node: ast.AST) -> str | None:
         if isinstance(node, ast.Name):
             return self.aliases.get(node.id)
+        if (  # getattr(torch, "matmul") is torch.matmul
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            base = self.qualify(node.args[0])
+            return f"{base}.{node.args[1].value}" if base else None
         if isinstance(node, ast.Attribute):
             base = self.qualify(node.value)
             return f"{base}.{node.attr}" if base else None
@@ -227,21 +255,40 @@ class _Checker(ast.NodeVisitor):
 
     # -- imports -----------------------------------------------------------------------------------
 
+    def _module_allowed(self, module: str) -> bool:
+        for m in (*ALLOWED_MODULES, *self.allow_imports):
+            if m.endswith(".*") and module.startswith(m[:-1]):
+                return True
+            if module == m or (m in self.allow_imports and module.startswith(m + ".")):
+                return True
+        return False
+
     def _check_module(self, node: ast.AST, module: str) -> None:
-        allowed = (*ALLOWED_IMPORTS, *self.allow_imports)
-        if not any(module == m or module.startswith(m + ".") for m in allowed):
+        if module.startswith("kernelevolve") and module != "kernelevolve.native":
+            self.flag("harness", node, "candidates may import kernelevolve.native only, never the harness")
+        elif not self._module_allowed(module):
+            allowed = sorted({m.removesuffix(".*") for m in (*ALLOWED_MODULES, *self.allow_imports)})
             self.flag(
                 "import",
                 node,
-                f"importing {module!r} is not allowed in a candidate; allowed: {', '.join(sorted(set(allowed)))}",
+                f"importing {module!r} is not allowed in a candidate; allowed: {', '.join(allowed)}",
             )
-        if module.startswith("kernelevolve") and module != "kernelevolve.native":
-            self.flag("harness", node, "candidates may import kernelevolve.native only, never the harness")
+
+    def _check_reached_modules(self, node: ast.AST, qual: str) -> None:
+        """Walk `qual` through the real torch/triton objects: any module it passes through must be
+        allowed (torch re-exports os, sys, ctypes, builtins, importlib...)."""
+        for name in _modules_on_path(qual):
+            if not self._module_allowed(name):
+                self.flag(
+                    "forbidden-api", node, f"{qual} reaches the module {name!r}, which candidates may not use"
+                )
+                return
 
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
             self._check_module(node, a.name)
             self._check_forbidden(node, a.name)
+            self._check_reached_modules(node, a.name)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
@@ -257,9 +304,11 @@ class _Checker(ast.NodeVisitor):
         else:
             self._check_module(node, module)
         for a in node.names:
-            self._check_forbidden(node, f"{module}.{a.name}")
-            if module == "torch" and a.name not in {"nn", "Tensor", "autograd", "cuda", "utils"}:
-                self._check_torch_call(node, f"torch.{a.name}", called=True)
+            qual = f"{module}.{a.name}"
+            self._check_forbidden(node, qual)
+            self._check_reached_modules(node, qual)
+            if module == "torch" and _is_function(qual):
+                self._check_torch_call(node, qual, called=True)
 
     # -- expressions -------------------------------------------------------------------------------
 
@@ -275,13 +324,14 @@ class _Checker(ast.NodeVisitor):
         rest = qual[len("torch.") :]
         if rest.startswith("Tensor."):
             rest = rest[len("Tensor.") :]
-        if rest.startswith("nn.init.") and self.function_stack[-1:] == ["__init__"]:
+        in_constructor = self.function_stack[-2:] == ["class:ModelNew", "__init__"]
+        if rest.startswith("nn.init.") and in_constructor:
             return
         if rest in TORCH_GLUE_CALLS or rest.split(".")[-1] in self.extra_glue:
             return
         if any(qual.startswith(p) for p in FORBIDDEN_TORCH_PREFIX_CALLS) or "." not in rest:
-            if self.function_stack[-1:] == ["__init__"] and not qual.startswith("torch.set_"):
-                return  # parameter set-up in the constructor is not the op
+            if in_constructor and not qual.startswith("torch.set_"):
+                return  # parameter set-up in ModelNew's constructor is not the op
             self.flag(
                 "torch-compute",
                 node,
@@ -297,6 +347,7 @@ class _Checker(ast.NodeVisitor):
         qual = self.qualify(node)
         if qual:
             self._check_forbidden(node, qual)
+            self._check_reached_modules(node, qual)
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -380,6 +431,8 @@ class _Checker(ast.NodeVisitor):
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._check_assign_targets([node.target])
+        if isinstance(node.op, ast.MatMult):
+            self.flag("torch-compute", node, "`@=` computes a matmul through torch; launch your own kernel")
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -460,6 +513,42 @@ class _Checker(ast.NodeVisitor):
             self.flag(
                 "no-launch", None, f"the triton kernel(s) {', '.join(unused)} are defined but never launched"
             )
+
+
+def _on_path(qual: str) -> list[Any]:
+    """The real objects along a dotted torch/triton path, walking through modules only (never calling
+    or touching other objects, so nothing initializes); empty for anything else or if not installed."""
+    parts = qual.split(".")
+    if parts[0] not in ("torch", "triton"):
+        return []
+    try:
+        obj: Any = importlib.import_module(parts[0])
+    except Exception:
+        return []
+    found = [obj]
+    for part in parts[1:]:
+        if not inspect.ismodule(obj):
+            break
+        try:
+            obj = getattr(obj, part)
+        except Exception:
+            break
+        found.append(obj)
+    return found
+
+
+def _modules_on_path(qual: str) -> list[str]:
+    return [o.__name__ for o in _on_path(qual) if inspect.ismodule(o)]
+
+
+def _is_function(qual: str) -> bool:
+    """Whether `qual` names something callable that is not a class or module (a dtype is not).
+    Unknown names count as functions: refusing too much is the safe side."""
+    found = _on_path(qual)
+    if len(found) != len(qual.split(".")):
+        return True
+    obj = found[-1]
+    return callable(obj) and not inspect.isclass(obj) and not inspect.ismodule(obj)
 
 
 def _strip_c_comments(code: str) -> str:

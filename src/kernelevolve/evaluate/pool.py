@@ -226,6 +226,11 @@ class EvaluatorPool:
             message = (
                 f"timed out while {what} (phase {outcome.phase}, limit {limit:.0f} s); the worker was killed"
             )
+            if kind in self.platform.kinds - self.platform.timed_kinds:
+                message += (
+                    f" ({self.platform.untimed_reason(kind)}: interpreted code is orders of magnitude slower; "
+                    "check it at smaller shapes)"
+                )
             return Verdict.failure(
                 Status.TIMEOUT, message, candidate_kind=kind, log_tail=outcome.log_tail, **base
             )

@@ -164,10 +164,11 @@ def summarize(times: list[float], blocks: int = 5) -> TimeStats:
     spread = (
         (max(block_medians) - min(block_medians)) / (2 * med) if med > 0 and len(block_medians) > 1 else 0.0
     )
+    q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive") if n > 1 else (med, med, med)
     return TimeStats(
         median_s=med,
-        p25_s=ordered[n // 4],
-        p75_s=ordered[(3 * n) // 4],
+        p25_s=q1,
+        p75_s=q3,
         min_s=ordered[0],
         n=n,
         spread=spread,

@@ -1,0 +1,250 @@
+"""Output comparison (`kernelevolve.evaluate.correctness`): tolerance by dtype and precision policy.
+
+Each case is an error a real kernel makes (reduction order, TF32, bf16 rounding, an all-zeros answer,
+NaN) applied to a reference output, and the policy that must accept or refuse it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelevolve.evaluate.correctness import TOLERANCES, Tolerance, compare, same_bits, tolerance_for
+
+STRICT = tolerance_for(torch.float32, "strict_fp32")
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture
+def softmax_ref() -> torch.Tensor:
+    """Rows of 4096: every value is about 1/4096 = 2.4e-4, far below a fixed atol of 1e-2."""
+    return torch.softmax(torch.randn(16, 4096, generator=gen(1)), dim=-1)
+
+
+@pytest.fixture
+def ref() -> torch.Tensor:
+    return torch.randn(256, 256, generator=gen(2))
+
+
+def with_relative_noise(ref: torch.Tensor, scale: float, seed: int = 3) -> torch.Tensor:
+    return ref * (1 + scale * torch.randn(ref.shape, generator=gen(seed)))
+
+
+# -- tolerances -----------------------------------------------------------------------------------
+
+
+def test_tolerance_for_float32_follows_the_policy() -> None:
+    assert tolerance_for(torch.float32, "strict_fp32") == TOLERANCES["fp32"]
+    assert tolerance_for(torch.float32, "tf32") == TOLERANCES["tf32"]
+    assert tolerance_for(torch.float32, "low") == TOLERANCES["bfloat16"]
+    assert tolerance_for("torch.float32", "tf32") == TOLERANCES["tf32"]
+
+
+def test_tolerances_order_by_precision() -> None:
+    names = ["float64", "fp32", "tf32", "float16", "bfloat16"]
+    rel_norms = [TOLERANCES[n].rel_norm for n in names]
+    assert rel_norms == sorted(rel_norms)
+    assert len(set(rel_norms)) == len(rel_norms)
+
+
+def test_low_precision_dtypes_ignore_the_fp32_policy() -> None:
+    for policy in ("strict_fp32", "tf32", "low"):
+        assert tolerance_for(torch.bfloat16, policy) == TOLERANCES["bfloat16"]
+        assert tolerance_for(torch.float16, policy) == TOLERANCES["float16"]
+        assert tolerance_for(torch.float64, policy) == TOLERANCES["float64"]
+
+
+def test_unknown_policy_raises() -> None:
+    with pytest.raises(KeyError):
+        tolerance_for(torch.float32, "fast")
+
+
+def test_override_replaces_only_the_given_numbers() -> None:
+    tol = tolerance_for(torch.float32, "strict_fp32", {"rel_norm": 1e-2})
+    assert tol == Tolerance(TOLERANCES["fp32"].rtol, TOLERANCES["fp32"].atol, 1e-2)
+
+
+def test_spec_override_takes_effect(ref: torch.Tensor) -> None:
+    """A uniform 2e-4 relative error: inside rtol elementwise, outside the strict norm bound."""
+    out = ref * (1 + 2e-4)
+    strict = compare(out, ref, STRICT)
+    assert not strict.passed and strict.check == "precision"
+    assert strict.rel_norm_err == pytest.approx(2e-4, rel=1e-2)
+    assert compare(out, ref, tolerance_for(torch.float32, "strict_fp32", {"rel_norm": 1e-3})).passed
+    tight = tolerance_for(torch.float32, "tf32", {"rtol": 1e-5, "atol": 0.0})
+    assert compare(out, ref, tight).check == "values"
+
+
+# -- float outputs --------------------------------------------------------------------------------
+
+
+def test_identical_tensors_pass(ref: torch.Tensor) -> None:
+    result = compare(ref.clone(), ref, STRICT)
+    assert result.passed and result.check is None
+    assert result.max_abs_err == 0.0 and result.rel_norm_err == 0.0
+
+
+def test_all_zeros_fails_on_small_outputs(softmax_ref: torch.Tensor) -> None:
+    zeros = torch.zeros_like(softmax_ref)
+    # The trap: a fixed absolute tolerance accepts an answer that computed nothing.
+    assert float(softmax_ref.mean()) == pytest.approx(1 / 4096)
+    assert torch.allclose(zeros, softmax_ref, atol=1e-2)
+    for policy in ("strict_fp32", "tf32", "low"):
+        result = compare(zeros, softmax_ref, tolerance_for(torch.float32, policy))
+        assert not result.passed and result.check == "values", policy
+        assert result.rel_norm_err == pytest.approx(1.0)
+
+
+def test_honest_small_outputs_pass(softmax_ref: torch.Tensor) -> None:
+    recomputed = torch.exp(torch.log(softmax_ref.double())).float()
+    assert compare(recomputed, softmax_ref, STRICT).passed
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_nan_or_inf_anywhere_fails(ref: torch.Tensor, bad: float) -> None:
+    out = ref.clone()
+    out[17, 42] = bad
+    result = compare(out, ref, tolerance_for(torch.float32, "low", {"rtol": 1e9, "atol": 1e9}))
+    assert not result.passed and result.check == "nan-inf"
+    assert "1 NaN/inf" in result.message
+
+
+def test_nan_in_a_low_precision_output_fails(ref: torch.Tensor) -> None:
+    out = ref.to(torch.bfloat16)
+    out[0, 0] = float("nan")
+    assert compare(out, ref.to(torch.bfloat16), tolerance_for(torch.bfloat16, "low")).check == "nan-inf"
+
+
+def test_bf16_rounding_fails_strict_but_passes_low(softmax_ref: torch.Tensor) -> None:
+    rounded = softmax_ref.to(torch.bfloat16).to(torch.float32)
+    strict = compare(rounded, softmax_ref, STRICT)
+    assert not strict.passed and strict.check in ("values", "precision")
+    assert compare(rounded, softmax_ref, tolerance_for(torch.float32, "low")).passed
+
+
+def test_bf16_rounding_fails_tf32(ref: torch.Tensor) -> None:
+    rounded = ref.to(torch.bfloat16).to(torch.float32)
+    assert not compare(rounded, ref, tolerance_for(torch.float32, "tf32")).passed
+
+
+def test_tf32_error_fails_strict_but_passes_tf32(ref: torch.Tensor) -> None:
+    out = with_relative_noise(ref, 3e-4)
+    strict = compare(out, ref, STRICT)
+    assert not strict.passed and strict.check in ("values", "precision")
+    assert strict.rel_norm_err > TOLERANCES["fp32"].rel_norm
+    assert compare(out, ref, tolerance_for(torch.float32, "tf32")).passed
+
+
+def test_reduction_order_noise_passes_strict(ref: torch.Tensor, softmax_ref: torch.Tensor) -> None:
+    for r in (ref, softmax_ref):
+        result = compare(with_relative_noise(r, 1e-7), r, STRICT)
+        assert result.passed, result.message
+        assert 0 < result.rel_norm_err < 1e-6
+
+
+def test_one_wrong_element_fails(ref: torch.Tensor) -> None:
+    out = ref.clone()
+    out[3, 5] += 0.5
+    result = compare(out, ref, tolerance_for(torch.float32, "low"))
+    assert not result.passed and result.check == "values"
+    assert "1 of 65536" in result.message
+    assert result.max_abs_err == pytest.approx(0.5, rel=1e-5)
+
+
+def test_comparison_does_not_modify_its_arguments(ref: torch.Tensor) -> None:
+    out = with_relative_noise(ref, 1e-3)
+    out_before, ref_before = out.clone(), ref.clone()
+    compare(out, ref, STRICT)
+    assert same_bits(out, out_before) and same_bits(ref, ref_before)
+
+
+# -- type, shape, dtype ---------------------------------------------------------------------------
+
+
+class Subclass(torch.Tensor):
+    pass
+
+
+def test_tensor_subclass_fails(ref: torch.Tensor) -> None:
+    result = compare(ref.clone().as_subclass(Subclass), ref, STRICT)
+    assert not result.passed and result.check == "output-type"
+    assert "subclass" in result.message
+
+
+def test_parameter_output_fails(ref: torch.Tensor) -> None:
+    assert compare(torch.nn.Parameter(ref.clone()), ref, STRICT).check == "output-type"
+
+
+def test_non_tensor_output_fails(ref: torch.Tensor) -> None:
+    result = compare(ref.tolist(), ref, STRICT)
+    assert result.check == "output-type" and "list" in result.message
+
+
+def test_shape_mismatch_fails(ref: torch.Tensor) -> None:
+    result = compare(ref.t().contiguous()[:, :128], ref, STRICT)
+    assert not result.passed and result.check == "output-shape"
+    assert "[256, 128]" in result.message
+    assert compare(ref.reshape(-1), ref, STRICT).check == "output-shape"
+
+
+def test_dtype_mismatch_fails(ref: torch.Tensor) -> None:
+    result = compare(ref.double(), ref, tolerance_for(torch.float64, "low"))
+    assert not result.passed and result.check == "output-dtype"
+    assert compare(ref.half(), ref, STRICT).check == "output-dtype"
+
+
+# -- integer and boolean outputs ------------------------------------------------------------------
+
+
+def test_integer_outputs_must_match_exactly() -> None:
+    ref = torch.arange(1000, dtype=torch.int64)
+    loose = Tolerance(rtol=1.0, atol=1e6, rel_norm=1.0)
+    assert compare(ref.clone(), ref, loose).passed
+    out = ref.clone()
+    out[10] += 1
+    result = compare(out, ref, loose)
+    assert not result.passed and result.check == "values"
+    assert "1 of 1000" in result.message
+
+
+def test_boolean_outputs_must_match_exactly() -> None:
+    ref = torch.arange(10) % 3 == 0
+    assert compare(ref.clone(), ref, STRICT).passed
+    assert compare(~ref, ref, STRICT).check == "values"
+
+
+# -- same_bits ------------------------------------------------------------------------------------
+
+
+def test_same_bits_is_nan_safe() -> None:
+    a = torch.tensor([1.0, float("nan"), 3.0])
+    assert not torch.equal(a, a.clone())  # why same_bits exists
+    assert same_bits(a, a.clone())
+
+
+def test_same_bits_distinguishes_signed_zero() -> None:
+    assert torch.equal(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
+
+
+def test_same_bits_on_other_differences() -> None:
+    a = torch.randn(4, 4, generator=gen(5))
+    assert same_bits(a, a.t().contiguous().t())  # same values, different strides
+    b = a.clone()
+    b[2, 2] = torch.nextafter(b[2, 2], torch.tensor(float("inf")))
+    assert not same_bits(a, b)
+    assert not same_bits(a, a.double())
+    assert not same_bits(a, a.reshape(2, 8))
+    ints = torch.arange(5)
+    assert same_bits(ints, ints.clone()) and not same_bits(ints, ints + 1)
+
+
+# -- known bugs -----------------------------------------------------------------------------------
+
+
+def test_nan_in_the_reference_does_not_pass_anything() -> None:
+    ref = torch.tensor([float("nan"), 1.0, 2.0])
+    assert not compare(torch.tensor([0.0, 999.0, -5.0]), ref, STRICT).passed
