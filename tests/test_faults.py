@@ -224,3 +224,12 @@ def test_the_device_lease_excludes_worker_start_up(tmp_path: Path) -> None:
     finally:
         lease.release()
         pool.close()
+
+
+def test_a_relative_spec_path_works(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers run in their own directories: the spec must reach them as an absolute path."""
+    monkeypatch.chdir(SPECS)
+    spec = load_spec(Path("softmax.py"))
+    with EvaluatorPool(spec, get_platform("cpu"), cpu_settings(tmp_path, spares=0)) as pool:
+        v = pool.evaluate_one(HONEST, "relative.py")
+    assert v.status == Status.OK, v.message

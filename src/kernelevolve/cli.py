@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelevolve import __version__
@@ -26,8 +27,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True)
-out = Console()
+# Messages are never hard-wrapped (paths must stay greppable) and never read as markup (candidates'
+# error messages may contain brackets): dynamic text goes through `escape`.
+err = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 WorkspaceOpt = Annotated[
     Path | None,
@@ -52,9 +55,9 @@ def _settings(workspace: Path | None, **flags: Any) -> Any:
 
 
 def _fail(exc: KernelevolveError) -> None:
-    err.print(f"[bold red]error:[/] {exc.message}")
+    err.print(f"[bold red]error:[/] {escape(exc.message)}")
     if exc.hint:
-        err.print(f"[dim]hint: {exc.hint}[/]")
+        err.print(f"[dim]hint: {escape(exc.hint)}[/]")
     raise typer.Exit(3 if isinstance(exc, HarnessError) else 2)
 
 
@@ -66,21 +69,22 @@ def _progress(total: int) -> Any:
     state = {"done": 0}
 
     def on_event(event: str, label: str, detail: Any) -> None:
-        name = Path(label).name
+        name = escape(Path(label).name)
         if event == "profile":
-            err.print(f"[dim]hardware profile of {label}: cached in the workspace, or measured now (once)[/]")
+            err.print(
+                f"[dim]hardware profile of {escape(label)}: cached in the workspace, or measured now (once)[/]"
+            )
         elif event == "skip":
-            err.print(f"[yellow]skipped {name}: {detail}[/]")
+            err.print(f"[yellow]skipped {name}: {escape(str(detail))}[/]")
         elif event == "start":
             err.print(f"[dim]{name}: static guards, then a prepared worker[/]")
         elif event == "phase":
-            err.print(f"[dim]{name}: {detail}[/]")
+            err.print(f"[dim]{name}: {escape(str(detail))}[/]")
         elif event == "done":
             state["done"] += 1
             colour = "green" if detail.ok else "red"
-            err.print(
-                f"[{colour}][{state['done']}/{total}] {name}: {detail.status}[/] {detail.message[:200]}"
-            )
+            counter = escape(f"[{state['done']}/{total}]")
+            err.print(f"[{colour}]{counter} {name}: {detail.status}[/] {escape(detail.message[:300])}")
 
     return on_event
 
@@ -115,7 +119,7 @@ def eval_cmd(
 
     \b
     Examples:
-      kernelevolve eval examples/softmax/spec.py examples/softmax/triton_online.py
+      kernelevolve eval examples/softmax/spec.py examples/softmax/triton_rowsoftmax.py
       kernelevolve eval examples/softmax/spec.py examples/softmax/ --platform cpu --json
     With one candidate, --json prints its verdict; with several, {"spec": ..., "verdicts": [...]}.
     """
@@ -167,9 +171,9 @@ def _print_verdicts(verdicts: list[Any]) -> None:
         )
     out.print(table)
     for v in verdicts:
-        out.print(f"[bold]{Path(v.candidate).name}[/]: {v.message}")
+        out.print(f"[bold]{escape(Path(v.candidate).name)}[/]: {escape(v.message)}")
         for violation in v.violations[:5]:
-            out.print(f"  - {violation}")
+            out.print(f"  - {escape(str(violation))}")
         if v.timed and v.shapes:
             shapes = Table(show_header=True, box=None, padding=(0, 2))
             for col in (
@@ -204,10 +208,11 @@ def _print_verdicts(verdicts: list[Any]) -> None:
             out.print(v.log_tail[-800:], markup=False, highlight=False)
         m = v.method
         if m.device:
-            out.print(
-                f"[dim]method: {m.timer}; {m.l2 or ''}; {m.platform} {m.device}; torch {m.torch}, triton {m.triton}, "
-                f"driver {m.driver}; precision {m.precision_policy}; baselines {', '.join(m.baselines)}[/]"
+            line = (
+                f"method: {m.timer}; {m.l2 or ''}; {m.platform} {m.device}; torch {m.torch}, triton {m.triton}, "
+                f"driver {m.driver}; precision {m.precision_policy}; baselines {', '.join(m.baselines)}"
             )
+            out.print(f"[dim]{escape(line)}[/]")
 
 
 def _us(stats: Any) -> str:
@@ -233,13 +238,17 @@ def baseline(
 
     try:
         settings = _settings(workspace, platform=platform, device=device, timing_budget_s=timing_budget)
-        loaded, rows, key = jobs.baselines(spec, settings)
+        loaded, rows, key, errors = jobs.baselines(spec, settings)
     except KernelevolveError as exc:
         _fail(exc)
         return
     if as_json:
         sys.stdout.write(
-            json.dumps({"spec": loaded.summary(), "device_key": key, "shapes": rows}, indent=2, default=str)
+            json.dumps(
+                {"spec": loaded.summary(), "device_key": key, "shapes": rows, "errors": errors},
+                indent=2,
+                default=str,
+            )
             + "\n"
         )
         return
@@ -258,6 +267,8 @@ def baseline(
             "yes" if r["cuda_graphs"] else "no",
         )
     out.print(table)
+    for name, why in errors.items():
+        out.print(f"[yellow]{escape(name)} baseline missing: {escape(why)}[/]")
 
 
 @app.command()
@@ -336,7 +347,12 @@ def spec_cmd(
     spec: Annotated[Path, typer.Argument(help="The spec: a KernelBench-format .py file.")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Load and validate a spec; show its shapes, tensors, policy and fingerprint."""
+    """Load and validate a spec; show its shapes, tensors, policy and fingerprint.
+
+    \b
+    Example:
+      kernelevolve spec examples/softmax/spec.py --json
+    """
     from kernelevolve.spec import load_spec
 
     try:
@@ -348,7 +364,7 @@ def spec_cmd(
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
         return
-    out.print(f"[bold]{loaded.name}[/] ({loaded.path}) fingerprint {loaded.fingerprint}")
+    out.print(f"[bold]{escape(loaded.name)}[/] ({escape(str(loaded.path))}) fingerprint {loaded.fingerprint}")
     out.print(
         f"precision {loaded.precision}; dtype {loaded.dtype or 'as written'}; backward {loaded.backward}"
     )

@@ -130,8 +130,9 @@ def evaluate(
 
 def baselines(
     spec_path: Path, settings: Settings, on_event: Progress | None = None
-) -> tuple[Spec, list[dict[str, Any]], str]:
-    """Eager and torch.compile times per shape, measured live and cached in the workspace."""
+) -> tuple[Spec, list[dict[str, Any]], str, dict[str, str]]:
+    """Eager and torch.compile times per shape, measured live and cached in the workspace.
+    Returns (spec, rows, device key, baseline errors: why a baseline is missing)."""
     spec = load_spec(spec_path)
     platform = select(settings.platform)
     key = device_key(platform.identity(settings.device), platform.name)
@@ -145,8 +146,9 @@ def baselines(
             message = pool.run_trusted("baselines")
             info = pool.device_info or {}
         rows = message["baselines"]
+        errors = dict(message.get("errors") or {})
         for row in rows:
             row["device"] = info.get("device")
             row["versions"] = info.get("versions")
             ws.put_baseline(spec.fingerprint, key, row["shape"], row)
-    return spec, rows, key
+    return spec, rows, key, errors

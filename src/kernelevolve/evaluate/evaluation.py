@@ -86,10 +86,12 @@ def evaluate(state: Prepared, msg: dict[str, Any], chan: Channel) -> Verdict:
     try:
         ev.run()
     except Failed as f:
-        ev.verdict.status, ev.verdict.message = f.status, f.message
-        ev.verdict.violations.extend(f.violations)
-        ev.verdict.correct = False
-        ev.verdict.fitness = 0.0
+        ev.fail(f.status, f.message, f.violations)
+    except Exception as exc:
+        # Raised in the harness's own code after the candidate ran (a CUDA error surfacing at a later
+        # synchronization, say): the candidate's doing, reported with the phase it surfaced in.
+        status, message = classify(exc, "run", ev.file)
+        ev.fail(status, f"during {getattr(ev, '_phase_name', 'start')}: {message}", [])
     finally:
         if ev.lease is not None:
             ev.lease.release()
@@ -136,6 +138,13 @@ class _Evaluation:
                 notes=list(state.notes),
             ),
         )
+
+    def fail(self, status: Status, message: str, violations: list[Violation]) -> None:
+        self.verdict.status, self.verdict.message = status, message
+        self.verdict.violations.extend(violations)
+        self.verdict.correct = False
+        self.verdict.timed = False
+        self.verdict.fitness = 0.0
 
     # -- phases ------------------------------------------------------------------------------------
 
@@ -257,10 +266,11 @@ class _Evaluation:
                 pristine = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
                 self._poison(cs.ref_outputs)
                 launches0 = self.state.launches.total()
-                allowed = set(self.spec.allow_torch_ops) | (BACKWARD_GLUE if self.spec.backward else set())
+                recorders = self._recorders()
                 try:
-                    with OpRecorder(allowed) as rec:
-                        outs = forward_backward(self.models[st.shape.name], inputs, st.grad_outputs, torch)
+                    outs = forward_backward(
+                        self.models[st.shape.name], inputs, st.grad_outputs, torch, *recorders
+                    )
                     self.sync()
                 except BaseException as exc:
                     status, message = classify(exc, "run", self.file)
@@ -268,9 +278,9 @@ class _Evaluation:
                 snapshot = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outs]
                 launched = self.state.launches.total() - launches0
                 total_launches += launched
-                violation = rec.violation()
-                if violation:
-                    raise Failed(Status.GUARD_VIOLATION, violation.message, [violation])
+                violations = [v for v in (r.violation() for r in recorders) if v]
+                if violations:
+                    raise Failed(Status.GUARD_VIOLATION, violations[0].message, violations)
                 self._check_processes()
                 late = new_threads(threads_before)
                 if late:
@@ -479,13 +489,18 @@ class _Evaluation:
         failure = self._compare(snap, ref_outs, tol, st, scratch)
         return None if failure is None else failure[1]
 
+    def _recorders(self) -> tuple[OpRecorder, OpRecorder]:
+        """Op recorders for the forward and the backward half: gradient accumulation by the autograd
+        engine (`aten.add`) is allowed in the backward only."""
+        allowed = set(self.spec.allow_torch_ops)
+        return OpRecorder(allowed), OpRecorder(allowed | BACKWARD_GLUE)
+
     def _audit(self, st: ShapeState, buffers: list[Any]) -> list[Violation]:
-        allowed = set(self.spec.allow_torch_ops) | (BACKWARD_GLUE if self.spec.backward else set())
         launches0 = self.state.launches.total()
-        with OpRecorder(allowed) as rec:
-            forward_backward(self.models[st.shape.name], buffers, st.grad_outputs, self.torch)
+        recorders = self._recorders()
+        forward_backward(self.models[st.shape.name], buffers, st.grad_outputs, self.torch, *recorders)
         self.sync()
-        out = [v for v in [rec.violation()] if v]
+        out = [v for v in (r.violation() for r in recorders) if v]
         if self.state.launches.total() == launches0 and not self.uses_load_inline:
             out.append(Violation("no-launch", "a timed call launched no kernel of the candidate's"))
         return out

@@ -123,7 +123,7 @@ class WorkerHandle:
         threading.Thread(target=self._read, daemon=True, name="kernelevolve-worker-reader").start()
         self.send(
             "prepare",
-            spec_path=str(self.spec_path) if self.spec_path else None,
+            spec_path=str(self.spec_path.resolve()) if self.spec_path else None,  # the worker runs elsewhere
             platform=self.platform.name,
             device_index=self.device_index,
             precision=self.precision,

@@ -18,6 +18,7 @@ Threat model: see `sandbox.py` (process limits), `guards.py` and `runtime.py` (w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import os
 import sys
@@ -68,19 +69,31 @@ def flatten(out: Any) -> list[Any]:
     return list(out) if isinstance(out, list | tuple) else [out]
 
 
-def forward_backward(model: Any, inputs: list[Any], grad_outputs: list[Any] | None, torch: Any) -> list[Any]:
+def forward_backward(
+    model: Any,
+    inputs: list[Any],
+    grad_outputs: list[Any] | None,
+    torch: Any,
+    around_forward: Any = None,
+    around_backward: Any = None,
+) -> list[Any]:
     """Outputs of `model(*inputs)`, followed (for training specs) by gradients of the floating inputs
-    and of the parameters, in a fixed order, for the given output gradients."""
+    and of the parameters, in a fixed order, for the given output gradients. `around_forward` and
+    `around_backward` are context managers wrapped around each half (the runtime op recorders)."""
+    fwd = around_forward if around_forward is not None else contextlib.nullcontext()
+    bwd = around_backward if around_backward is not None else contextlib.nullcontext()
     if grad_outputs is None:
-        with torch.no_grad():
+        with torch.no_grad(), fwd:
             return flatten(model(*inputs))
     leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
     params = [p for _, p in sorted(model.named_parameters()) if p.requires_grad]
-    outs = flatten(model(*inputs))
+    with fwd:
+        outs = flatten(model(*inputs))
     diff = [(o, g) for o, g in zip(outs, grad_outputs, strict=True) if o.requires_grad]
-    grads = torch.autograd.grad(
-        [o for o, _ in diff], leaves + params, [g for _, g in diff], allow_unused=True
-    )
+    with bwd:
+        grads = torch.autograd.grad(
+            [o for o, _ in diff], leaves + params, [g for _, g in diff], allow_unused=True
+        )
     result = [o.detach() for o in outs]
     for g, t in zip(grads, leaves + params, strict=True):
         result.append(torch.zeros_like(t) if g is None else g)
@@ -173,8 +186,6 @@ def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
 
 
 def _gpu_lease(state: Prepared) -> Any:
-    import contextlib
-
     if state.platform.exclusive:  # the whole start-up already holds it
         return contextlib.nullcontext()
     from kernelevolve.evaluate.lease import DeviceLease
@@ -307,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
         elif msg["op"] == "baselines":
             from kernelevolve.evaluate.evaluation import time_baselines
 
-            chan.send("result", baselines=time_baselines(state, msg, chan))
+            chan.send("result", baselines=time_baselines(state, msg, chan), errors=state.baseline_errors)
         elif msg["op"] == "profile":
             chan.send("result", profile=state.platform.measure_profile(state.device).to_dict())
         else:

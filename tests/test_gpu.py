@@ -1,0 +1,94 @@
+"""GPU tests (marker `gpu`): run on the device machine with `pytest -m gpu`. Each trick and fault is
+shown on real hardware, beside the honest candidates that pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelevolve.config import Settings
+from kernelevolve.evaluate import EvaluatorPool, Status
+from kernelevolve.platforms import get_platform
+from kernelevolve.spec import load_spec
+from tests import gpu_candidates as gc
+from tests.conftest import SPECS
+
+pytestmark = pytest.mark.gpu
+
+
+def gpu_settings(tmp: Path, **overrides: object) -> Settings:
+    s = Settings(workspace=tmp / "ws", platform="cuda", baselines=["eager"], fitness_baseline="eager",
+                 timing_budget_s=0.3, compile_timeout_s=120, run_timeout_s=60, workers=1, spares=1)  # fmt: skip
+    for k, v in overrides.items():
+        setattr(s, k, v)
+    return s.validate()
+
+
+@pytest.fixture(scope="module")
+def small_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvaluatorPool]:
+    tmp = tmp_path_factory.mktemp("gpu-small")
+    with EvaluatorPool(load_spec(SPECS / "softmax.py"), get_platform("cuda"), gpu_settings(tmp)) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def large_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvaluatorPool]:
+    tmp = tmp_path_factory.mktemp("gpu-large")
+    settings = gpu_settings(tmp, compile_timeout_s=25, run_timeout_s=30)
+    with EvaluatorPool(
+        load_spec(SPECS / "softmax_large.py"), get_platform("cuda"), settings, static_guards=False
+    ) as pool:
+        yield pool
+
+
+def test_honest_triton_small_shapes_use_cuda_graphs(small_pool: EvaluatorPool) -> None:
+    v = small_pool.evaluate_one(gc.HONEST, "honest.py")
+    assert v.status == Status.OK, v.message
+    assert v.timed and v.method.timer == "cuda_events" and "flushed" in (v.method.l2 or "")
+    assert all(s.cuda_graphs for s in v.shapes)  # single calls of a few microseconds: launch-bound
+    assert v.method.device and v.method.torch and v.method.triton
+
+
+def test_honest_cuda_cpp_candidate(small_pool: EvaluatorPool) -> None:
+    v = small_pool.evaluate_one(gc.CUDA_CPP, "cuda_cpp.py")
+    assert v.status == Status.OK, v.message
+    assert v.candidate_kind == "cuda"
+
+
+def test_side_stream_is_refused_statically(small_pool: EvaluatorPool) -> None:
+    v = small_pool.evaluate_one(gc.SIDE_STREAM, "side_static.py")
+    assert v.status == Status.GUARD_VIOLATION and "forbidden-api" in {x.rule for x in v.violations}
+
+
+def test_side_stream_work_is_caught_at_run_time(large_pool: EvaluatorPool) -> None:
+    v = large_pool.evaluate_one(gc.SIDE_STREAM, "side_runtime.py")
+    # Either the timed call's output (snapshotted when its stream finished) is incomplete, or the
+    # device stayed busy after the timed region: never a win.
+    assert v.status in (Status.GUARD_VIOLATION, Status.INCORRECT), v.message
+    assert not v.ok
+
+
+def test_event_timer_patch_is_caught_at_run_time(large_pool: EvaluatorPool) -> None:
+    v = large_pool.evaluate_one(gc.EVENT_PATCH, "event_patch.py")
+    assert v.status == Status.GUARD_VIOLATION and "torch.cuda.Event.elapsed_time" in v.message
+
+
+def test_illegal_memory_access_is_a_verdict(large_pool: EvaluatorPool) -> None:
+    v = large_pool.evaluate_one(gc.ILLEGAL_ACCESS, "wild.py")
+    assert v.status in (Status.RUNTIME_ERROR, Status.CRASH), v.message
+    assert "illegal" in v.message.lower() or "CUDA" in v.message
+
+
+def test_kernel_that_never_ends_times_out(large_pool: EvaluatorPool) -> None:
+    v = large_pool.evaluate_one(gc.HANG, "hang.py")
+    assert v.status == Status.TIMEOUT, v.message
+
+
+def test_next_candidate_runs_on_a_healthy_device(large_pool: EvaluatorPool) -> None:
+    v = large_pool.evaluate_one(gc.HONEST, "honest_after_faults.py")
+    assert v.status == Status.OK, v.message
+    (shape,) = v.shapes
+    assert not shape.cuda_graphs  # ~100 us per call: timed eagerly
+    assert shape.roofline_fraction is None or shape.roofline_fraction < 1.15
