@@ -29,11 +29,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def cpu_settings(tmp: Path, **overrides: object) -> Settings:
-    """Fast settings for CPU tests: eager baseline only, short timing, generous timeouts."""
+def harness_settings(tmp: Path, platform: str = "cpu", **overrides: object) -> Settings:
+    """Fast settings for tests: eager baseline only, short timing, generous timeouts."""
     base = Settings(
         workspace=tmp / "ws",
-        platform="cpu",
+        platform=platform,
         baselines=["eager"],
         fitness_baseline="eager",
         timing_budget_s=0.15,
@@ -42,11 +42,15 @@ def cpu_settings(tmp: Path, **overrides: object) -> Settings:
         warmup_trials=2,
         compile_timeout_s=90,
         run_timeout_s=60,
-        memory_limit_gb=6,
+        memory_limit_gb=6 if platform == "cpu" else 16,
         workers=1,
         spares=1,
     )
     return replace(base, **overrides).validate()  # type: ignore[arg-type]
+
+
+def cpu_settings(tmp: Path, **overrides: object) -> Settings:
+    return harness_settings(tmp, "cpu", **overrides)
 
 
 @pytest.fixture(scope="module")

@@ -60,7 +60,7 @@ def candidate(
 
 HONEST = candidate()
 
-TRITON_SOFTMAX = """
+TRITON_SOFTMAX_KERNEL = """
 import torch
 import torch.nn as nn
 import triton
@@ -76,7 +76,11 @@ def softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
     x = x - tl.max(x, axis=0)
     e = tl.exp(x)
     tl.store(y_ptr + row * n_cols + offs, e / tl.sum(e, axis=0), mask=mask)
+"""
 
+TRITON_SOFTMAX = (
+    TRITON_SOFTMAX_KERNEL
+    + """
 
 class ModelNew(nn.Module):
     def forward(self, x):
@@ -85,3 +89,4 @@ class ModelNew(nn.Module):
         softmax_kernel[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
         return y
 """
+)

@@ -1,23 +1,11 @@
 """Candidate sources for the GPU tests: an honest Triton row-softmax, a CUDA C++ one, and the tricks
 and faults built on them."""
 
-TRITON_HEADER = """
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
+from tests.cpu_candidates import TRITON_SOFTMAX_KERNEL
 
-
-@triton.jit
-def softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    mask = offs < n_cols
-    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf"))
-    x = x - tl.max(x, axis=0)
-    e = tl.exp(x)
-    tl.store(y_ptr + row * n_cols + offs, e / tl.sum(e, axis=0), mask=mask)
-
+TRITON_HEADER = (
+    TRITON_SOFTMAX_KERNEL
+    + """
 
 @triton.jit
 def wild_store(y_ptr, n):
@@ -37,6 +25,7 @@ def launch(x, y):
     softmax_kernel[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]),
                                   num_warps=8 if x.shape[1] >= 2048 else 4)
 """
+)
 
 
 def triton_candidate(forward: str, prelude: str = "") -> str:

@@ -13,17 +13,13 @@ from kernelevolve.evaluate import EvaluatorPool, Status
 from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
 from tests import gpu_candidates as gc
-from tests.conftest import SPECS
+from tests.conftest import SPECS, harness_settings
 
 pytestmark = pytest.mark.gpu
 
 
 def gpu_settings(tmp: Path, **overrides: object) -> Settings:
-    s = Settings(workspace=tmp / "ws", platform="cuda", baselines=["eager"], fitness_baseline="eager",
-                 timing_budget_s=0.3, compile_timeout_s=120, run_timeout_s=60, workers=1, spares=1)  # fmt: skip
-    for k, v in overrides.items():
-        setattr(s, k, v)
-    return s.validate()
+    return harness_settings(tmp, "cuda", **{"timing_budget_s": 0.3, "compile_timeout_s": 120, **overrides})
 
 
 @pytest.fixture(scope="module")

@@ -208,10 +208,15 @@ def _print_verdicts(verdicts: list[Any]) -> None:
             out.print(v.log_tail[-800:], markup=False, highlight=False)
         m = v.method
         if m.device:
-            line = (
-                f"method: {m.timer}; {m.l2 or ''}; {m.platform} {m.device}; torch {m.torch}, triton {m.triton}, "
-                f"driver {m.driver}; precision {m.precision_policy}; baselines {', '.join(m.baselines)}"
-            )
+            parts = [
+                m.timer,
+                m.l2,
+                f"{m.platform} {m.device}",
+                f"torch {m.torch}, triton {m.triton}, driver {m.driver}",
+                f"precision {m.precision_policy}",
+                f"baselines {', '.join(m.baselines)}",
+            ]
+            line = "method: " + "; ".join(p for p in parts if p)
             out.print(f"[dim]{escape(line)}[/]")
 
 

@@ -76,7 +76,6 @@ class WorkerHandle:
         self.ready_error: BaseException | None = None
         self._ready = threading.Event()
         self._chan: Channel | None = None
-        self.started_at = time.monotonic()
 
     # -- start-up ----------------------------------------------------------------------------------
 

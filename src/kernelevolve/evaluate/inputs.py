@@ -69,12 +69,6 @@ def make_inputs(
     return out
 
 
-def tensors(values: list[Any]) -> list[Any]:
-    import torch
-
-    return [v for v in values if isinstance(v, torch.Tensor)]
-
-
 def digest(values: list[Any]) -> list[tuple[object, ...]]:
     """A cheap fingerprint of tensor contents, to prove regenerated inputs are the ones the reference saw."""
     import torch
@@ -87,12 +81,6 @@ def digest(values: list[Any]) -> list[tuple[object, ...]]:
         else:
             out.append((repr(v),))
     return out
-
-
-def clone_all(values: list[Any]) -> list[Any]:
-    import torch
-
-    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def copy_into(dst: list[Any], src: list[Any]) -> None:

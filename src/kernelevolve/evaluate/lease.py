@@ -11,7 +11,6 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
-import time
 from pathlib import Path
 
 
@@ -28,13 +27,10 @@ class DeviceLease:
     def __init__(self, key: str, directory: Path | None = None):
         self.path = (directory or lease_dir()) / f"{key}.lock"
         self.fd: int | None = None
-        self.waited_s = 0.0
 
     def acquire(self) -> DeviceLease:
-        t0 = time.perf_counter()
         self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
-        self.waited_s = time.perf_counter() - t0
         return self
 
     def release(self) -> None:
