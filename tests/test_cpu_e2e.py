@@ -27,10 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def settings_for(tmp: Path, **overrides: object) -> Settings:
-    """`cpu_settings` without the plausibility flag: these tests are about correctness and plumbing,
-    and on a busy 2-core machine a multi-threaded eager baseline can be slowed down far more than a
-    single-threaded C candidate, and an honest candidate would then be flagged `suspicious`."""
-    return cpu_settings(tmp, **{"suspicious_speedup": 1e6, **overrides})
+    return cpu_settings(tmp, **overrides)
 
 
 def _pool(tmp_path_factory: pytest.TempPathFactory, spec: str) -> Iterator[EvaluatorPool]:

@@ -65,12 +65,14 @@ def _fmt_x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _progress(total: int) -> Any:
-    state = {"done": 0}
+def _progress() -> Any:
+    state = {"done": 0, "total": 0}
 
     def on_event(event: str, label: str, detail: Any) -> None:
         name = escape(Path(label).name)
-        if event == "profile":
+        if event == "plan":
+            state["total"] = detail
+        elif event == "profile":
             err.print(
                 f"[dim]hardware profile of {escape(label)}: cached in the workspace, or measured now (once)[/]"
             )
@@ -83,7 +85,7 @@ def _progress(total: int) -> Any:
         elif event == "done":
             state["done"] += 1
             colour = "green" if detail.ok else "red"
-            counter = escape(f"[{state['done']}/{total}]")
+            counter = escape(f"[{state['done']}/{state['total']}]")
             err.print(f"[{colour}]{counter} {name}: {detail.status}[/] {escape(detail.message[:300])}")
 
     return on_event
@@ -138,10 +140,7 @@ def eval_cmd(
             run_timeout_s=run_timeout,
             memory_limit_gb=memory_limit_gb,
         )
-        from kernelevolve.platforms import select
-
-        files = jobs.expand_candidates(candidates, spec, select(settings.platform))
-        loaded, verdicts = jobs.evaluate(spec, candidates, settings, on_event=_progress(len(files)))
+        loaded, verdicts = jobs.evaluate(spec, candidates, settings, on_event=_progress())
     except KernelevolveError as exc:
         _fail(exc)
         return

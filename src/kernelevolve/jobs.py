@@ -105,6 +105,7 @@ def evaluate(
     if on_event:
         for f in skipped:
             on_event("skip", str(f), f"its kernels do not run on {platform.name}")
+        on_event("plan", platform.name, len(files))
     settings = sized_for(settings, platform, len(files))
     with Workspace.open(settings.workspace) as ws:
         _record_spec(ws, spec)

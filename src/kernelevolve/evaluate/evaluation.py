@@ -91,7 +91,7 @@ def evaluate(state: Prepared, msg: dict[str, Any], chan: Channel) -> Verdict:
         # Raised in the harness's own code after the candidate ran (a CUDA error surfacing at a later
         # synchronization, say): the candidate's doing, reported with the phase it surfaced in.
         status, message = classify(exc, "run", ev.file)
-        ev.fail(status, f"during {getattr(ev, '_phase_name', 'start')}: {message}", [])
+        ev.fail(status, f"during {ev._phase_name}: {message}", [])
     finally:
         if ev.lease is not None:
             ev.lease.release()
@@ -114,6 +114,8 @@ class _Evaluation:
         self.integrity: Integrity | None = None
         self.children_before: set[int] = set()
         self.file = ""
+        self._phase_name = "start"
+        self._phase_start = time.perf_counter()
         v = state.info["versions"]
         self.verdict = Verdict(
             status=Status.OK,

@@ -29,6 +29,7 @@ touch the OS (files, environment, processes, threads, sockets), or use side stre
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import re
@@ -515,16 +516,17 @@ class _Checker(ast.NodeVisitor):
             )
 
 
-def _on_path(qual: str) -> list[Any]:
+@functools.lru_cache(maxsize=4096)
+def _on_path(qual: str) -> tuple[Any, ...]:
     """The real objects along a dotted torch/triton path, walking through modules only (never calling
     or touching other objects, so nothing initializes); empty for anything else or if not installed."""
     parts = qual.split(".")
     if parts[0] not in ("torch", "triton"):
-        return []
+        return ()
     try:
         obj: Any = importlib.import_module(parts[0])
     except Exception:
-        return []
+        return ()
     found = [obj]
     for part in parts[1:]:
         if not inspect.ismodule(obj):
@@ -534,7 +536,7 @@ def _on_path(qual: str) -> list[Any]:
         except Exception:
             break
         found.append(obj)
-    return found
+    return tuple(found)
 
 
 def _modules_on_path(qual: str) -> list[str]:
