@@ -114,6 +114,12 @@ class _Evaluation:
         self.integrity: Integrity | None = None
         self.children_before: set[int] = set()
         self.file = ""
+        # `shapes` in the request narrows the evaluation to those spec shapes (a quick run, or tuning
+        # one shape); the verdict then covers only them.
+        only = set(msg.get("shapes") or ())
+        self.shapes = [st for st in state.shapes if not only or st.shape.name in only]
+        if not self.shapes:
+            raise ValueError(f"no spec shape among {sorted(only)}")
         self._phase_name = "start"
         self._phase_start = time.perf_counter()
         v = state.info["versions"]
@@ -212,7 +218,7 @@ class _Evaluation:
                 [Violation("no-modelnew", "ModelNew missing")],
             )
         torch = self.torch
-        for st in self.state.shapes:
+        for st in self.shapes:
             try:
                 model = make_model(self.spec, self.state.module, cls, st.shape, self.state.device)
             except Exception as exc:
@@ -244,7 +250,7 @@ class _Evaluation:
         torch = self.torch
         threads_before = python_threads()
         total_launches = 0
-        for st in self.state.shapes:
+        for st in self.shapes:
             tol = tolerance_for(st.cases[0].ref_outputs[0].dtype, self.spec.precision, self.spec.tolerance)
             self.verdict.method.tolerance = {"rtol": tol.rtol, "atol": tol.atol, "rel_norm": tol.rel_norm}
             result = ShapeResult(name=st.shape.name, weight=st.shape.weight, flops=st.flops, bytes=st.bytes)
@@ -331,9 +337,11 @@ class _Evaluation:
     def timing(self) -> None:
         allow_graphs = self.state.device.type == "cuda" and not self.spec.backward
         plan = TimingPlan.from_settings(self.settings, allow_graphs)
+        if self.msg.get("timing_budget_s"):  # a quick run: a shorter look, same method
+            plan = dataclasses.replace(plan, budget_s=float(self.msg["timing_budget_s"]))
         m = self.verdict.method
         m.timer, m.l2, m.interleaved, m.warmup = self.state.timer.name, self.state.timer.l2, True, plan.warmup
-        for k, (st, result) in enumerate(zip(self.state.shapes, self.verdict.shapes, strict=True)):
+        for k, (st, result) in enumerate(zip(self.shapes, self.verdict.shapes, strict=True)):
             timing = self._time_shape(st, dataclasses.replace(plan, seed=5000 + k))
             m.checked_timed_calls += timing.checked
             m.notes.extend(timing.notes)
@@ -515,7 +523,7 @@ class _Evaluation:
             self.verdict.method.notes.append("load_inline on CPU: launches are not counted")
             return True
         torch = self.torch
-        st = self.state.shapes[0]
+        st = self.shapes[0]
         inputs = make_inputs(self.spec, self.state.module, st.shape, 3, "spec", self.state.device)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             forward_backward(

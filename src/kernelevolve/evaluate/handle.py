@@ -88,6 +88,9 @@ class WorkerHandle:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(self.inductor_cache)
         env["TRITON_CACHE_DIR"] = str(self.dir / "triton")
         env["KERNELEVOLVE_NATIVE_CACHE"] = str(self.dir / "native")
+        # torch.compile (the baseline) compiles in this process, never in a pool of subprocesses: a
+        # pool started lazily while a candidate runs would be blamed on the candidate (the process check).
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
         # Resolved here, once: a worker's own TMPDIR is private, and leases must be shared by all.
         env["KERNELEVOLVE_LEASE_DIR"] = str(lease_dir())
         src_root = str(Path(kernelevolve.__file__).resolve().parent.parent)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.config import Settings
-from kernelevolve.errors import HarnessError
+from kernelevolve.errors import HarnessError, SpecError
 from kernelevolve.evaluate.guards import StaticReport, check_source
 from kernelevolve.evaluate.handle import Outcome, WorkerHandle
 from kernelevolve.evaluate.verdict import Method, Status, Verdict
@@ -149,8 +149,8 @@ class EvaluatorPool:
 
     # -- evaluation --------------------------------------------------------------------------------
 
-    def submit(self, source: str, label: str = "candidate.py") -> Future[Verdict]:
-        return self._executor.submit(self.evaluate_one, source, label)
+    def submit(self, source: str, label: str = "candidate.py", **options: Any) -> Future[Verdict]:
+        return self._executor.submit(self.evaluate_one, source, label, **options)
 
     def evaluate_many(self, items: Iterable[tuple[str, str]]) -> Iterator[Verdict]:
         """(source, label) pairs in; verdicts out, in submission order."""
@@ -158,7 +158,22 @@ class EvaluatorPool:
         for f in futures:
             yield f.result()
 
-    def evaluate_one(self, source: str, label: str = "candidate.py") -> Verdict:
+    def evaluate_one(
+        self,
+        source: str,
+        label: str = "candidate.py",
+        *,
+        shapes: list[str] | None = None,
+        timing_budget_s: float | None = None,
+    ) -> Verdict:
+        """The verdict on one candidate. `shapes` narrows it to those spec shapes and
+        `timing_budget_s` shortens the timing (a quick run while a candidate is being written)."""
+        unknown = sorted(set(shapes or ()) - set(self.spec.names))
+        if unknown:
+            raise SpecError(
+                f"{self.spec.name} has no shape {', '.join(map(repr, unknown))}",
+                hint="shapes: " + ", ".join(self.spec.names),
+            )
         digest = candidate_hash(source)
         self.on_event("start", label, None)
         base = {"candidate": label, "candidate_hash": digest, "spec": self.spec.name,
@@ -178,7 +193,8 @@ class EvaluatorPool:
                 **base,
             )
         else:
-            verdict = self._run(source, digest, kind, label, base)
+            options = {"shapes": shapes, "timing_budget_s": timing_budget_s}
+            verdict = self._run(source, digest, kind, label, base, options)
         verdict.method = verdict.method if verdict.method.device else self._method()
         self.on_event("done", label, verdict)
         return verdict
@@ -196,7 +212,15 @@ class EvaluatorPool:
             report.kinds = report.kinds or set(self.platform.kinds)
         return report
 
-    def _run(self, source: str, digest: str, kind: str | None, label: str, base: dict[str, Any]) -> Verdict:
+    def _run(
+        self,
+        source: str,
+        digest: str,
+        kind: str | None,
+        label: str,
+        base: dict[str, Any],
+        options: dict[str, Any],
+    ) -> Verdict:
         worker = self._take()
         try:
             outcome = worker.run_job(
@@ -207,6 +231,7 @@ class EvaluatorPool:
                     "kind": kind,
                     "uses_load_inline": "load_inline" in source,
                     "profile": self.profile,
+                    **{k: v for k, v in options.items() if v is not None},
                 },
                 on_phase=lambda phase: self.on_event("phase", label, phase),
             )

@@ -154,3 +154,66 @@ def m001_initial(conn: sqlite3.Connection) -> None:
         )
         """,
     )
+
+
+@migration
+def m002_runs_and_nodes(conn: sqlite3.Connection) -> None:
+    """Optimization runs and the nodes of their trees. A node is written when it is created
+    (state `created`), again when its candidate is proposed (`proposed`, the source's blob and the
+    synthesizer's prompt, response and cost) and when it is evaluated (`evaluated`) or its synthesis
+    failed (`failed`). Resume reads the states back: nothing is lost, nothing is paid twice."""
+    _run(
+        conn,
+        """
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            spec_fingerprint TEXT NOT NULL REFERENCES specs (fingerprint),
+            spec_path TEXT NOT NULL,
+            platform TEXT NOT NULL,
+            synthesizer TEXT NOT NULL,
+            policy TEXT NOT NULL,
+            status TEXT NOT NULL,
+            config_json TEXT NOT NULL,
+            limits_json TEXT NOT NULL,
+            best_node INTEGER,
+            tokens_in INTEGER NOT NULL DEFAULT 0,
+            tokens_out INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL NOT NULL DEFAULT 0,
+            wall_s REAL NOT NULL DEFAULT 0,
+            summary_json TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE nodes (
+            run_id TEXT NOT NULL REFERENCES runs (id),
+            id INTEGER NOT NULL,
+            parent INTEGER,
+            parent2 INTEGER,
+            mode TEXT NOT NULL,
+            state TEXT NOT NULL,
+            candidate_hash TEXT REFERENCES candidates (hash),
+            evaluation_id INTEGER REFERENCES evaluations (id),
+            status TEXT,
+            fitness REAL NOT NULL DEFAULT 0,
+            speedup_vs_eager REAL,
+            speedup_vs_compile REAL,
+            note TEXT NOT NULL DEFAULT '',
+            message TEXT NOT NULL DEFAULT '',
+            prompt_blob TEXT,
+            response_blob TEXT,
+            actions_json TEXT,
+            diagnosis_json TEXT,
+            tokens_in INTEGER NOT NULL DEFAULT 0,
+            tokens_out INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL NOT NULL DEFAULT 0,
+            synth_s REAL NOT NULL DEFAULT 0,
+            eval_s REAL NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (run_id, id)
+        )
+        """,
+        "CREATE INDEX idx_nodes_run_state ON nodes (run_id, state)",
+    )

@@ -3,6 +3,9 @@
     <root>/kernelevolve.db   specs, candidates, evaluations, baseline and hardware-profile caches
     <root>/blobs/ab/abcd...  spec and candidate sources, by sha256 (see `blobs.py`)
     <root>/cache/<name>/     folders the harness owns (trusted compile caches)
+    <root>/runs/<run id>/    what a run writes for people: the best kernel, the report, the export
+
+Runs and their nodes are `RunsMixin`'s (`runs.py`).
 
 The database runs in WAL mode with foreign keys on and a 30 s busy timeout, so several processes can
 share a workspace. Inside one process, one connection is shared by threads (the evaluator pool
@@ -24,7 +27,6 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -32,20 +34,11 @@ from typing import Any
 from kernelevolve.errors import WorkspaceError
 from kernelevolve.store.blobs import BlobStore
 from kernelevolve.store.migrations import migrate
+from kernelevolve.store.runs import RunsMixin, _json, _now
 
 DB_NAME = "kernelevolve.db"
 BUSY_TIMEOUT_S = 30.0
 _CACHE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def _now() -> str:
-    # Fixed width, so string order is time order.
-    return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-def _json(data: Any) -> str:
-    # default=str: a stray Path or enum in a record is kept readable rather than refused.
-    return json.dumps(data, sort_keys=True, default=str)
 
 
 def _parse(row: dict[str, Any], column: str, key: str) -> dict[str, Any]:
@@ -53,7 +46,7 @@ def _parse(row: dict[str, Any], column: str, key: str) -> dict[str, Any]:
     return row
 
 
-class Workspace:
+class Workspace(RunsMixin):
     """A workspace folder. Use `Workspace.open(root)`, preferably as a context manager."""
 
     def __init__(self, root: Path, conn: sqlite3.Connection):
@@ -320,7 +313,15 @@ class Workspace:
     def stats(self) -> dict[str, int]:
         """Counts of rows per table and of blobs, and the blobs' total size."""
         counts: dict[str, int] = {}
-        for table in ("specs", "candidates", "evaluations", "baselines", "hardware_profiles"):
+        for table in (
+            "specs",
+            "candidates",
+            "evaluations",
+            "baselines",
+            "hardware_profiles",
+            "runs",
+            "nodes",
+        ):
             counts[table] = self._rows(f"SELECT count(*) AS n FROM {table}")[0]["n"]
         counts["blobs"], counts["blob_bytes"] = self.blobs.usage()
         return counts

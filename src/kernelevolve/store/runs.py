@@ -1,0 +1,265 @@
+"""Runs and their nodes in the workspace database (mixed into `Workspace`).
+
+A node's life is three writes, each one transaction:
+
+    create_node    state `created`: id, parent(s), memory mode (before anything is spent on it)
+    propose_node   state `proposed`: the candidate's source (a blob), the synthesizer's prompt,
+                   response and actions (blobs), tokens, USD and time; the run's totals grow in the
+                   same transaction, so a cost is counted exactly once
+    finish_node    state `evaluated`: the evaluation's id and its headline numbers
+    fail_node      state `failed`: the synthesizer produced nothing (its cost still counted)
+
+Node ids are allocated per run inside the write transaction (max + 1), so concurrent expansions of
+one tree, in one process or several, never collide. Resume reads the states back: `created` nodes
+are synthesized again under the same id, `proposed` ones are evaluated from the stored source.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from kernelevolve.errors import WorkspaceError
+
+NODE_STATES = ("created", "proposed", "evaluated", "failed")
+RUN_STATUSES = ("running", "done", "stopped", "failed")
+
+
+def _now() -> str:
+    # Fixed width, so string order is time order.
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _json(data: Any) -> str:
+    # default=str: a stray Path or enum in a record is kept readable rather than refused.
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+class RunsMixin:
+    """Methods for `Workspace`; they rely on its `_write`, `_rows` and `blobs`."""
+
+    if TYPE_CHECKING:
+        from kernelevolve.store.blobs import BlobStore
+
+        blobs: BlobStore
+
+        def _write(self) -> AbstractContextManager[sqlite3.Connection]: ...
+        def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]: ...
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        spec_fingerprint: str,
+        spec_path: str,
+        platform: str,
+        synthesizer: str,
+        policy: str,
+        config: Mapping[str, Any],
+        limits: Mapping[str, Any],
+    ) -> str:
+        """A new run (status `running`); returns its id."""
+        run_id = secrets.token_hex(4)
+        now = _now()
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO runs (id, spec_fingerprint, spec_path, platform, synthesizer, policy, status, "
+                "config_json, limits_json, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                (run_id, spec_fingerprint, spec_path, platform, synthesizer, policy,
+                 _json(dict(config)), _json(dict(limits)), now, now),
+            )  # fmt: skip
+        return run_id
+
+    def resolve_run(self, run_id: str) -> str:
+        """The full id of the run named by `run_id` or a unique prefix of it."""
+        rows = self._rows("SELECT id FROM runs WHERE id LIKE ? ORDER BY id", (run_id.replace("%", "") + "%",))
+        if len(rows) == 1:
+            return str(rows[0]["id"])
+        if not rows:
+            raise WorkspaceError(
+                f"no run {run_id!r} in this workspace", hint="`kernelevolve runs` lists them"
+            )
+        raise WorkspaceError(
+            f"{run_id!r} names {len(rows)} runs",
+            hint="give more characters: " + ", ".join(r["id"] for r in rows),
+        )
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        rows = self._rows("SELECT * FROM runs WHERE id = ?", (self.resolve_run(run_id),))
+        return _run_row(rows[0])
+
+    def runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Runs, newest first, each with node counts by state."""
+        rows = self._rows("SELECT * FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
+        counts = self._rows("SELECT run_id, state, count(*) AS n FROM nodes GROUP BY run_id, state")
+        by_run: dict[str, dict[str, int]] = {}
+        for c in counts:
+            by_run.setdefault(c["run_id"], {})[c["state"]] = c["n"]
+        out = []
+        for row in rows:
+            r = _run_row(row)
+            r["nodes"] = by_run.get(r["run_id"], {})
+            out.append(r)
+        return out
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set `status`, `best_node`, `wall_s`, `summary` or `limits` (dicts) of a run."""
+        allowed = {"status", "best_node", "wall_s", "summary", "limits"}
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ValueError(f"cannot update {sorted(unknown)} of a run")
+        if "status" in fields and fields["status"] not in RUN_STATUSES:
+            raise ValueError(f"run status must be one of {RUN_STATUSES}")
+        cols, params = [], []
+        for key, value in fields.items():
+            as_json = key in ("summary", "limits")
+            cols.append(f"{key}_json = ?" if as_json else f"{key} = ?")
+            params.append(_json(value) if as_json else value)
+        with self._write() as conn:
+            conn.execute(
+                f"UPDATE runs SET {', '.join(cols)}, updated_at = ? WHERE id = ?", (*params, _now(), run_id)
+            )
+
+    # -- nodes ------------------------------------------------------------------------------------
+
+    def create_node(self, run_id: str, parent: int | None, parent2: int | None, mode: str) -> int:
+        now = _now()
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT coalesce(max(id), 0) + 1 FROM nodes WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            node_id = int(row[0])
+            conn.execute(
+                "INSERT INTO nodes (run_id, id, parent, parent2, mode, state, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, 'created', ?, ?)",
+                (run_id, node_id, parent, parent2, mode, now, now),
+            )
+        return node_id
+
+    def propose_node(
+        self,
+        run_id: str,
+        node_id: int,
+        *,
+        source: str | None,
+        kind: str | None = None,
+        note: str = "",
+        error: str | None = None,
+        prompt: str | None = None,
+        response: str | None = None,
+        actions: list[dict[str, Any]] | None = None,
+        tokens_in: int = 0,
+        tokens_out: int = 0,
+        cost_usd: float = 0.0,
+        synth_s: float = 0.0,
+        status: str | None = None,
+    ) -> str | None:
+        """Record what the synthesizer answered: the node becomes `proposed` (a source) or `failed`
+        (none; `error` and `status` say why). The run's token and USD totals grow in the same
+        transaction. Returns the candidate's hash. Only a `created` node can be proposed."""
+        digest = self.blobs.put_text(source) if source is not None else None
+        prompt_blob = self.blobs.put_text(prompt) if prompt else None
+        response_blob = self.blobs.put_text(response) if response else None
+        state = "proposed" if source is not None else "failed"
+        with self._write() as conn:
+            current = conn.execute(
+                "SELECT state FROM nodes WHERE run_id = ? AND id = ?", (run_id, node_id)
+            ).fetchone()
+            if current is None or current[0] != "created":
+                raise WorkspaceError(f"node {node_id} of run {run_id} is not awaiting a proposal")
+            if digest is not None:
+                assert source is not None
+                conn.execute(
+                    "INSERT INTO candidates (hash, path, kind, size_bytes, created_at) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (hash) DO NOTHING",
+                    (digest, f"run {run_id} node {node_id}", kind, len(source.encode()), _now()),
+                )
+            conn.execute(
+                "UPDATE nodes SET state = ?, candidate_hash = ?, note = ?, message = ?, status = ?, "
+                "prompt_blob = ?, response_blob = ?, actions_json = ?, tokens_in = ?, tokens_out = ?, "
+                "cost_usd = ?, synth_s = ?, updated_at = ? WHERE run_id = ? AND id = ?",
+                (state, digest, note, error or "", status if source is None else None, prompt_blob,
+                 response_blob, _json(actions or []), tokens_in, tokens_out, cost_usd, synth_s, _now(),
+                 run_id, node_id),
+            )  # fmt: skip
+            conn.execute(
+                "UPDATE runs SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?, "
+                "cost_usd = cost_usd + ?, updated_at = ? WHERE id = ?",
+                (tokens_in, tokens_out, cost_usd, _now(), run_id),
+            )
+        return digest
+
+    def finish_node(
+        self,
+        run_id: str,
+        node_id: int,
+        evaluation_id: int,
+        verdict: Mapping[str, Any],
+        eval_s: float,
+        diagnosis: Mapping[str, Any] | None = None,
+    ) -> None:
+        """The node's evaluation is recorded (`record_evaluation`): the node becomes `evaluated`."""
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE nodes SET state = 'evaluated', evaluation_id = ?, status = ?, fitness = ?, "
+                "speedup_vs_eager = ?, speedup_vs_compile = ?, message = ?, diagnosis_json = ?, eval_s = ?, "
+                "updated_at = ? WHERE run_id = ? AND id = ? AND state = 'proposed'",
+                (evaluation_id, str(verdict["status"]), float(verdict.get("fitness") or 0.0),
+                 verdict.get("speedup_vs_eager"), verdict.get("speedup_vs_compile"),
+                 str(verdict.get("message") or ""), _json(dict(diagnosis)) if diagnosis else None,
+                 eval_s, _now(), run_id, node_id),
+            )  # fmt: skip
+            if cur.rowcount != 1:
+                raise WorkspaceError(f"node {node_id} of run {run_id} is not awaiting an evaluation")
+
+    def nodes(self, run_id: str, text: bool = False) -> list[dict[str, Any]]:
+        """A run's nodes in creation order, with `source` (and with `text`, `prompt` and `response`)
+        read back and `verdict` parsed where the node was evaluated."""
+        rows = self._rows(
+            "SELECT n.*, e.verdict_json FROM nodes n LEFT JOIN evaluations e ON e.id = n.evaluation_id "
+            "WHERE n.run_id = ? ORDER BY n.id",
+            (run_id,),
+        )
+        out = []
+        for row in rows:
+            row["verdict"] = json.loads(row.pop("verdict_json")) if row.get("verdict_json") else None
+            row["actions"] = json.loads(row.pop("actions_json") or "[]")
+            diag = row.pop("diagnosis_json")
+            row["diagnosis"] = json.loads(diag) if diag else None
+            row["source"] = self._blob_text(row["candidate_hash"])
+            prompt_blob, response_blob = row.pop("prompt_blob"), row.pop("response_blob")
+            if text:
+                row["prompt"] = self._blob_text(prompt_blob)
+                row["response"] = self._blob_text(response_blob)
+            out.append(row)
+        return out
+
+    def _blob_text(self, digest: str | None) -> str | None:
+        # Blobs never change (content-addressed), so their text is cached: the engine rebuilds its
+        # tree from the store before every decision.
+        if digest is None:
+            return None
+        cache: dict[str, str] = self.__dict__.setdefault("_text_cache", {})
+        if digest not in cache:
+            if len(cache) > 4096:
+                cache.clear()
+            cache[digest] = self.blobs.get_text(digest)
+        return cache[digest]
+
+
+def _run_row(row: dict[str, Any]) -> dict[str, Any]:
+    row = dict(row)
+    row["run_id"] = row.pop("id")
+    row["config"] = json.loads(row.pop("config_json"))
+    row["limits"] = json.loads(row.pop("limits_json"))
+    summary = row.pop("summary_json")
+    row["summary"] = json.loads(summary) if summary else None
+    return row
+
+
+__all__ = ["NODE_STATES", "RUN_STATUSES", "RunsMixin"]

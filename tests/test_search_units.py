@@ -1,0 +1,202 @@
+"""The search's pure parts: the tree and its noise rule, the policies, memory modes, limits, and the
+store's node lifecycle (ids, states, cost counted once)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import pytest
+
+from kernelevolve.errors import WorkspaceError
+from kernelevolve.search.limits import Limits, stop_reason
+from kernelevolve.search.memory import choose_mode, history
+from kernelevolve.search.policies import SearchConfig, evolutionary, greedy, uct, uct_score
+from kernelevolve.search.tree import Node, Tree
+from kernelevolve.store import Workspace
+
+
+def node(id: int, parent: int | None = None, fitness: float = 0.0, status: str = "ok", spread: float = 0.0,
+         state: str = "evaluated", parent2: int | None = None, source: str | None = None) -> Node:  # fmt: skip
+    return Node(
+        id=id, parent=parent, parent2=parent2, mode="inherit", state=state, status=status,
+        fitness=fitness if status == "ok" else 0.0, verdict={"spread": spread}, source=source,
+    )  # fmt: skip
+
+
+def test_noise_rule_keeps_the_old_best_within_the_spread() -> None:
+    tree = Tree([node(1, fitness=1.00, spread=0.02), node(2, 1, fitness=1.015, spread=0.01)])
+    assert tree.best().id == 1  # +1.5% is inside the 2% spread
+    tree = Tree([node(1, fitness=1.00, spread=0.02), node(2, 1, fitness=1.03, spread=0.01)])
+    assert tree.best().id == 2
+    tree = Tree([node(1, fitness=1.00), node(2, 1, fitness=1.005)])
+    assert tree.best(min_gain=0.01).id == 1
+
+
+def test_stall_counts_evaluations_since_the_best() -> None:
+    tree = Tree(
+        [
+            node(1, fitness=1.0),
+            node(2, 1, fitness=2.0),
+            node(3, 2, fitness=1.5),
+            node(4, 2, status="incorrect"),
+        ]
+    )
+    assert tree.best().id == 2
+    assert tree.stall() == 2
+
+
+def test_tree_queries() -> None:
+    tree = Tree([node(1), node(2, 1), node(3, 1), node(4, 2), node(5)])
+    assert [n.id for n in tree.ancestors(4)] == [2, 1]
+    assert [n.id for n in tree.siblings(2)] == [3]
+    assert [n.id for n in tree.siblings(1)] == [5]  # other roots
+    assert tree.depth(4) == 2
+
+
+def test_greedy_takes_the_best_and_debugs_when_nothing_is_correct() -> None:
+    cfg = SearchConfig()
+    rng = random.Random(0)
+    tree = Tree([node(1, fitness=1.2), node(2, fitness=1.9), node(3, status="incorrect")])
+    assert greedy(tree, rng, cfg) == [2]
+    failed = Tree([node(1, status="compile_error"), node(2, status="incorrect")])
+    assert greedy(failed, rng, cfg) == [2]  # the newest failure gets debugged
+    debugged = Tree(
+        [node(1, status="incorrect"), node(2, 1, status="incorrect"), node(3, 1, status="incorrect")]
+    )
+    assert greedy(debugged, rng, cfg) == [3]  # node 1 had its debug_children (2) already
+
+
+def test_a_node_whose_children_were_declined_twice_is_left_alone() -> None:
+    cfg = SearchConfig()
+    nodes = [node(1, fitness=2.0), node(2, fitness=1.0)]
+    nodes += [node(3, 1, status="exhausted", state="failed"), node(4, 1, status="exhausted", state="failed")]
+    assert greedy(Tree(nodes), random.Random(0), cfg) == [2]
+
+
+def test_uct_formula_and_exploration() -> None:
+    n = node(1, fitness=1.0)
+    assert uct_score(n, best_fitness=2.0, total=10, c=0.7) == pytest.approx(
+        0.5 + 0.7 * (2.302585 / 1) ** 0.5, rel=1e-4
+    )
+    # a well-visited best vs an unvisited slightly-worse node: exploration wins
+    nodes = [node(1, fitness=2.0), node(2, fitness=1.9)] + [node(i, 1, fitness=0.5) for i in range(3, 9)]
+    assert uct(Tree(nodes), random.Random(0), SearchConfig(uct_c=0.7)) == [2]
+    # with no exploration it is greedy
+    assert uct(Tree(nodes), random.Random(0), SearchConfig(uct_c=0.0)) == [1]
+
+
+def test_evolutionary_population_tournament_and_crossover() -> None:
+    nodes = [node(i, fitness=float(i)) for i in range(1, 11)]
+    cfg = SearchConfig(population=3, crossover=1.0)
+    picks = [evolutionary(Tree(nodes), random.Random(s), cfg) for s in range(30)]
+    assert all(len(p) == 2 and p[0] != p[1] for p in picks)
+    assert {i for p in picks for i in p} <= {8, 9, 10}  # only the population breeds
+    cfg = SearchConfig(population=3, crossover=0.0)
+    assert all(len(evolutionary(Tree(nodes), random.Random(s), cfg)) == 1 for s in range(10))
+    assert evolutionary(Tree([node(1, status="incorrect")]), random.Random(0), cfg) == [1]
+
+
+def test_memory_modes_and_schedule() -> None:
+    cfg = SearchConfig(draft=2, schedule=("inherit", "compare"), fresh_after=3)
+    assert choose_mode(Tree([]), [], 1, cfg) == "draft"
+    assert choose_mode(Tree([node(1), node(2), node(3)]), [], 4, cfg) == "fresh"
+    tree = Tree([node(1, fitness=1.0), node(2, 1, status="incorrect")])
+    assert choose_mode(tree, [2], 3, cfg) == "inherit"  # a failed parent is debugged with its trajectory
+    assert choose_mode(tree, [1], 4, cfg) == "inherit"
+    assert choose_mode(tree, [1], 5, cfg) == "compare"
+    stalled = Tree([node(1, fitness=2.0)] + [node(i, 1, fitness=1.0) for i in range(2, 5)])
+    assert stalled.stall() == 3
+    assert choose_mode(stalled, [1], 6, cfg) == "fresh"
+
+    tree = Tree([node(1, fitness=1.0), node(2, 1, fitness=1.5), node(3, 2, fitness=1.2), node(4, 2, fitness=1.8),
+                 node(5, 1, fitness=1.1)])  # fmt: skip
+    assert [n.id for n in history(tree, [4], "inherit")] == [2, 1]
+    assert [n.id for n in history(tree, [2], "compare")] == [
+        4,
+        3,
+        5,
+    ]  # its children and siblings, fastest first
+    assert {n.id for n in history(tree, [4], "combine")} == {2, 1, 3}
+    assert history(tree, [4], "fresh") == []
+
+
+def test_limits_each_stop_the_run() -> None:
+    base = dict(spent=0, wall_s=0.0, tokens=0, usd=0.0, stall=0, best_fitness=1.0)
+    assert stop_reason(Limits(budget=5), **base) is None
+    assert "candidate budget" in stop_reason(Limits(budget=5), **{**base, "spent": 5})
+    assert "wall-clock" in stop_reason(Limits(wall_s=10), **{**base, "wall_s": 10.5})
+    assert "token" in stop_reason(Limits(max_tokens=100), **{**base, "tokens": 100})
+    assert "USD" in stop_reason(Limits(max_usd=1.0), **{**base, "usd": 1.01})
+    assert "patience" in stop_reason(Limits(patience=3), **{**base, "stall": 3})
+    assert "target" in stop_reason(Limits(target=1.5), **{**base, "best_fitness": 1.6})
+    with pytest.raises(WorkspaceError):
+        Limits(budget=0).validate()
+    with pytest.raises(WorkspaceError):
+        SearchConfig(policy="random").validate()
+    with pytest.raises(WorkspaceError):
+        SearchConfig(schedule=("inherit", "sideways")).validate()
+
+
+@pytest.fixture
+def ws_with_run(tmp_path: Path) -> tuple[Workspace, str]:
+    ws = Workspace.open(tmp_path / "ws")
+    ws.record_spec("fp", "spec", "spec.py", "source", {})
+    run_id = ws.create_run("fp", "spec.py", "cpu", "tuner", "uct", {"a": 1}, {"budget": 3})
+    return ws, run_id
+
+
+def test_node_lifecycle_and_costs_counted_once(ws_with_run: tuple[Workspace, str]) -> None:
+    ws, run_id = ws_with_run
+    a = ws.create_node(run_id, None, None, "draft")
+    b = ws.create_node(run_id, a, None, "inherit")
+    assert (a, b) == (1, 2)
+    ws.propose_node(run_id, a, source="print(1)", note="n", prompt="p", response="r", tokens_in=10, tokens_out=5,
+                    cost_usd=0.5)  # fmt: skip
+    with pytest.raises(WorkspaceError):  # a node is proposed once: its cost cannot be counted twice
+        ws.propose_node(run_id, a, source="print(2)", tokens_in=10, cost_usd=0.5)
+    ws.propose_node(run_id, b, source=None, error="no code in the answer", status="synth_error", tokens_in=3)
+    run = ws.run(run_id[:4])
+    assert (run["tokens_in"], run["tokens_out"], run["cost_usd"]) == (13, 5, 0.5)
+    eid = ws.record_evaluation({"status": "ok", "spec_fingerprint": "fp", "candidate_hash": ws.nodes(run_id)[0]["candidate_hash"],
+                                "fitness": 1.5, "speedup_vs_eager": 2.0})  # fmt: skip
+    ws.finish_node(run_id, a, eid, {"status": "ok", "fitness": 1.5, "speedup_vs_eager": 2.0}, 1.2)
+    with pytest.raises(WorkspaceError):
+        ws.finish_node(run_id, a, eid, {"status": "ok"}, 1.0)
+    nodes = ws.nodes(run_id, text=True)
+    assert [(n["id"], n["state"]) for n in nodes] == [(1, "evaluated"), (2, "failed")]
+    assert (
+        nodes[0]["source"] == "print(1)"
+        and nodes[0]["prompt"] == "p"
+        and nodes[0]["verdict"]["fitness"] == 1.5
+    )
+    assert nodes[1]["message"] == "no code in the answer" and nodes[1]["status"] == "synth_error"
+    assert ws.runs()[0]["nodes"] == {"evaluated": 1, "failed": 1}
+
+
+def test_concurrent_node_creation_never_collides(ws_with_run: tuple[Workspace, str], tmp_path: Path) -> None:
+    ws, run_id = ws_with_run
+    other = Workspace.open(tmp_path / "ws")  # a second connection, as a second process would have
+    ids: list[int] = []
+    lock = threading.Lock()
+
+    def make(w: Workspace) -> None:
+        for _ in range(20):
+            i = w.create_node(run_id, None, None, "draft")
+            with lock:
+                ids.append(i)
+
+    threads = [threading.Thread(target=make, args=(w,)) for w in (ws, other, ws, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(ids) == list(range(1, 81))
+
+
+def test_run_ids_resolve_by_prefix(ws_with_run: tuple[Workspace, str]) -> None:
+    ws, run_id = ws_with_run
+    assert ws.resolve_run(run_id[:3]) == run_id
+    with pytest.raises(WorkspaceError, match="no run"):
+        ws.resolve_run("zzzz")
