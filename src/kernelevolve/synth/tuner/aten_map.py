@@ -1,0 +1,510 @@
+"""Map one traced aten graph onto the tuner's IR (`ir.OpGraph`): ops, layouts, constants, one matmul.
+
+`trace.py` traces the reference (make_fx on fake tensors, core aten decompositions) and hands each
+shape's graph here. `GraphMapper` walks the nodes in order and keeps, for every value, what it means:
+an IR value or a constant, its layout (`full`, `col`, `row`, `scalar`) and its torch shape. Layouts
+follow from what ops mean (a reduction's result is a `row` value), and every broadcast is checked
+against torch's right-aligned rules, so a reduction without keepdim that torch would broadcast along
+the columns is refused rather than misread. Composite ops that the decompositions leave whole
+(`_softmax`, `_log_softmax`, `logsumexp`, `native_layer_norm`, `var`, `var_mean`) are expanded here.
+
+Deliberately not here: tracing, the constructor's source, comparing shapes (all in `trace.py`).
+Anything outside the IR raises `Unsupported` with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kernelevolve.synth.tuner.ir import REDUCE_OPS, Arg, GemmInfo, Op, OpGraph, TensorArg
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+class Unsupported(Exception):
+    """Why the reference is outside what the templates generate."""
+
+
+@dataclass(frozen=True)
+class _Val:
+    """A traced value: an IR name or a constant, its layout, its torch shape. `leaf` values are
+    tensors not yet read by any op (a placeholder, possibly viewed); `transposed` marks a leaf whose
+    last two dims were swapped, which only a matmul operand may be."""
+
+    ref: Arg
+    layout: str  # "full" | "col" | "row" | "scalar" | "cond" (a comparison, pending a where)
+    shape: tuple[int, ...]
+    leaf: str | None = None  # placeholder name, while the value is a view of it
+    transposed: bool = False
+
+
+def _ident(text: str) -> str:
+    out = "".join(c if c.isalnum() else "_" for c in text)
+    return out if out and not out[0].isdigit() else "t_" + out
+
+
+def _dtype(node: Any) -> str:
+    return str(node.meta["val"].dtype).removeprefix("torch.")
+
+
+def _shape(node: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in node.meta["val"].shape)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+def _pad(shape: tuple[int, ...], n: int) -> tuple[int, ...]:
+    return (1,) * (n - len(shape)) + shape
+
+
+_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "clone",
+          "contiguous", "detach", "lift_fresh_copy", "_to_copy", "to"}  # fmt: skip
+_TRANSPOSES = {"t", "permute", "transpose"}
+_UNARY = {"neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
+          "reciprocal": "reciprocal", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf",
+          "silu": "silu", "square": "square"}  # fmt: skip
+_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum"}
+_COMPARE = {"gt", "lt", "ge", "le"}
+_FOLD: dict[str, Callable[..., Any]] = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "neg": operator.neg,
+}
+
+
+class GraphMapper:
+    """Walks one traced graph and builds the OpGraph (sizes for that one shape)."""
+
+    def __init__(self, gm: Any, sources: list[str], forward_args: list[str]):
+        self.gm = gm
+        self.sources = sources
+        self.forward_args = forward_args
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        outs = out_node.args[0] if isinstance(out_node.args[0], list | tuple) else [out_node.args[0]]
+        if not outs or any(getattr(o, "meta", {}).get("val") is None for o in outs):
+            raise Unsupported("the reference returns no tensor")
+        self.out_nodes = list(outs)
+        self.o = _shape(outs[0])
+        if not self.o or self.o[-1] < 1:
+            raise Unsupported(f"the output has shape {list(self.o)}; the templates need at least one dim")
+        if any(_shape(o) != self.o for o in outs):
+            shapes = ", ".join(str(list(_shape(o))) for o in outs)
+            raise Unsupported(f"outputs of different shapes ({shapes}) are not templated")
+        self.dtype = _dtype(outs[0])
+        if self.dtype not in FLOAT_DTYPES or any(_dtype(o) != self.dtype for o in outs):
+            raise Unsupported(f"output dtype {self.dtype} is not templated (float32, float16, bfloat16)")
+        self.rows, self.cols = _numel(self.o[:-1]), self.o[-1]
+        self.tensors: dict[str, TensorArg] = {}
+        self.ops: list[Op] = []
+        self.gemm: GemmInfo | None = None
+        self.gemm_sizes: tuple[int, int, int, int] = (0, 0, 0, 0)  # batch, M, N, K
+        self.env: dict[Any, Any] = {}
+        self.leaf_source: dict[str, tuple[str, tuple[int, ...], str]] = {}
+
+    # -- values ------------------------------------------------------------------------------------
+
+    def new(self, op: str, args: tuple[Arg, ...]) -> str:
+        """The value of `op(args)`: an existing one when the same op already reads the same args
+        (decompositions repeat themselves: two softmaxes of x share one max)."""
+        for existing in self.ops:
+            if (
+                existing.op == op
+                and existing.args == args
+                and all(type(a) is type(b) for a, b in zip(existing.args, args, strict=True))
+            ):
+                return existing.out
+        name = f"v{len(self.ops)}"
+        self.ops.append(Op(name, op, args))
+        return name
+
+    def classify(self, shape: tuple[int, ...]) -> str | None:
+        """A tensor's layout from its own shape. Exact forms only, so that the generated wrapper can
+        size the output as the broadcast of its inputs' shapes."""
+        o, n = self.o, len(self.o)
+        if shape == o:
+            return "full"
+        if len(shape) <= n and shape and shape[-1] == self.cols and all(d == 1 for d in shape[:-1]):
+            return "col"
+        if len(shape) <= n and shape and _pad(shape, n) == (*o[:-1], 1):
+            return "row"
+        if _numel(shape) == 1 and len(shape) <= n:
+            return "scalar"
+        return None
+
+    def read(self, v: Any) -> _Val:
+        """A value an elementwise op or reduction reads: leaves become TensorArgs here."""
+        if isinstance(v, _NoValue):
+            raise Unsupported(f"{v.what} is used; the templates compute only the main result")
+        if isinstance(v, bool) or not isinstance(v, int | float | _Val):
+            raise Unsupported(f"an argument of type {type(v).__name__} is not templated")
+        if not isinstance(v, _Val):
+            return _Val(float(v) if isinstance(v, float) else v, "scalar", ())
+        if v.leaf is None:
+            return v
+        if v.transposed:
+            raise Unsupported("transposed tensors are templated only as matmul operands")
+        source, base, dtype = self.leaf_source[v.leaf]
+        layout = self.classify(base)
+        if layout is None:
+            bigger = (
+                " (an output reduced from its inputs is not templated)"
+                if _numel(base) > _numel(self.o)
+                else ""
+            )
+            raise Unsupported(
+                f"{source} has shape {list(base)}, which is neither the output's {list(self.o)}, one value "
+                f"per row, one per column, nor a scalar{bigger}"
+            )
+        self.register(v.leaf, source, layout, dtype)
+        return replace(v, ref=v.leaf, layout=layout, leaf=None)
+
+    def register(self, name: str, source: str, layout: str, dtype: str) -> None:
+        if dtype not in FLOAT_DTYPES:
+            raise Unsupported(f"{source} has dtype {dtype}; the templates read float32/16 tensors")
+        arg = TensorArg(name, source, layout, dtype)  # type: ignore[arg-type]
+        if self.tensors.get(name, arg) != arg:
+            raise Unsupported(f"{source} is read with two layouts ({self.tensors[name].layout}, {layout})")
+        self.tensors[name] = arg
+
+    def check_arg(self, v: _Val, target: tuple[int, ...]) -> None:
+        """Torch broadcasts `v` to `target` right-aligned; refuse where that disagrees with its layout."""
+        n = len(target)
+        if v.layout == "scalar":
+            return
+        if len(v.shape) > n:
+            raise Unsupported("an argument has more dims than the op's result")
+        p, o = _pad(v.shape, n), self.o
+        ok = {
+            "full": p == o == target,
+            "row": (p[:-1] == target[:-1] == o[:-1]) or (p == target == o[:-1]),
+            "col": p[-1] == target[-1] == self.cols
+            and all(d in (1, t) for d, t in zip(p[:-1], target[:-1], strict=True)),
+        }.get(v.layout, False)
+        if not ok:
+            raise Unsupported(
+                f"a {v.layout} value of shape {list(v.shape)} broadcasts to {list(target)} in a way the "
+                f"templates do not read (output shape {list(o)}; reductions need keepdim or an unsqueeze)"
+            )
+
+    def elementwise(self, op: str, args: list[Any], shape: tuple[int, ...]) -> _Val:
+        vals = [self.read(a) for a in args]
+        if all(not isinstance(v.ref, str) for v in vals) and op in _FOLD:
+            return _Val(_FOLD[op](*[v.ref for v in vals]), "scalar", shape)
+        for v in vals:
+            self.check_arg(v, shape)
+        layouts = {v.layout for v in vals}
+        layout = (
+            "full" if "full" in layouts or {"row", "col"} <= layouts
+            else "col" if "col" in layouts else "row" if "row" in layouts else "scalar"
+        )  # fmt: skip
+        if layout == "full" and shape != self.o:
+            raise Unsupported(
+                f"an elementwise result of shape {list(shape)} is not the output's {list(self.o)}"
+            )
+        return _Val(self.new(op, tuple(v.ref for v in vals)), layout, shape)
+
+    def reduce(self, op: str, x: Any, dims: Any, keepdim: bool, shape: tuple[int, ...] | None = None) -> _Val:
+        v = self.read(x)
+        n = len(self.o)
+        dims = [dims] if isinstance(dims, int) else list(dims or [])
+        if v.layout != "full" or v.shape != self.o or [d % n for d in dims] != [n - 1]:
+            raise Unsupported(
+                f"{op} over dims {dims} of a value of shape {list(v.shape)}: only reductions over the last "
+                f"dim of the output's shape {list(self.o)} are templated"
+            )
+        if self.gemm is not None:
+            raise Unsupported("a reduction after a matmul is not templated")
+        out = shape if shape is not None else ((*self.o[:-1], 1) if keepdim else self.o[:-1])
+        return _Val(self.new(op, (v.ref,)), "row", out)
+
+    # -- the walk ----------------------------------------------------------------------------------
+
+    def build(self, shape_name: str) -> OpGraph:
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        used = {i: p for i, p in enumerate(placeholders) if p.users}
+        for i, p in used.items():
+            source = self.sources[i]
+            kind, _, what = source.partition(":")
+            name = _ident(("p_" if kind == "param" else "") + (
+                self.forward_args[int(what)] if kind == "input" and int(what) < len(self.forward_args)
+                else what
+            ))  # fmt: skip
+            if re.fullmatch(r"v\d+|acc", name) or name in self.leaf_source:  # op values' names
+                name = f"t{i}_{name}"
+            self.leaf_source[name] = (source, _shape(p), _dtype(p))
+            self.env[p] = _Val(None, "leaf", _shape(p), leaf=name)
+        for node in self.gm.graph.nodes:
+            if node.op in ("placeholder", "output") or not node.users:
+                continue
+            if node.op != "call_function":
+                raise Unsupported(f"graph node {node.op} {node.target} is not templated")
+            self.env[node] = self.visit(node)
+        outputs = []
+        for o in self.out_nodes:
+            v = self.read(self.env[o])
+            if not isinstance(v.ref, str) or v.ref in self.tensors or v.layout != "full":
+                raise Unsupported("an output that is an input or a broadcast value is not templated")
+            outputs.append(v.ref)
+        pattern = (
+            "gemm" if self.gemm else "row" if any(op.op in REDUCE_OPS for op in self.ops) else "elementwise"
+        )
+        graph = OpGraph(
+            pattern=pattern,  # type: ignore[arg-type]
+            tensors=list(self.tensors.values()),
+            ops=self.ops,
+            outputs=outputs,
+            dtype=self.dtype,
+            gemm=self.gemm,
+            forward_args=list(self.forward_args),
+        )
+        if self.gemm is not None:
+            batch, m, n, k = self.gemm_sizes
+            if batch * m != self.rows or n != self.cols:
+                raise Unsupported("the matmul's result is reshaped into something other than the output")
+            graph.inner[shape_name], graph.batch[shape_name] = k, batch
+        graph.rows[shape_name], graph.cols[shape_name] = self.rows, self.cols
+        return graph
+
+    def visit(self, node: Any) -> Any:
+        args = [self.env.get(a, a) if hasattr(a, "op") else a for a in node.args]
+        args = [[self.env.get(x, x) for x in a] if isinstance(a, list | tuple) else a for a in args]
+        kw = dict(node.kwargs)
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+        if not str(getattr(node.target, "namespace", "aten")) == "aten":
+            raise Unsupported(f"{node.target} is not templated")
+        vals = (
+            [v for v in node.meta.get("val", ()) if hasattr(v, "shape")]
+            if isinstance(node.meta.get("val"), tuple | list)
+            else [node.meta.get("val")]
+        )
+        if any(v is not None and _dtype_of(v) not in (*FLOAT_DTYPES, "bool") for v in vals):
+            raise Unsupported(f"aten.{name} produces {_dtype_of(vals[0])} data; only float data is templated")
+        shape = _shape(node) if not isinstance(node.meta.get("val"), tuple | list) else ()
+        name = name.removesuffix("_") if name.endswith("_") and not name.startswith("_") else name
+        if name in _VIEWS:
+            return self.view(args[0], shape)
+        if name in _TRANSPOSES:
+            return self.transpose(name, args, shape)
+        if name in ("mm", "addmm", "bmm"):
+            return self.matmul(name, args, kw, shape)
+        if name in _UNARY:
+            return self.elementwise(_UNARY[name], args[:1], shape)
+        if name in _BINARY:
+            if kw.get("rounding_mode") is not None:
+                raise Unsupported("division with a rounding mode is not templated")
+            a, b = args[0], args[1]
+            alpha = kw.get("alpha", 1)
+            if alpha != 1:
+                b = self.elementwise("mul", [b, alpha], shape)
+            return self.elementwise(_BINARY[name], [a, b], shape)
+        if name == "rsub":
+            b = args[0] if kw.get("alpha", 1) == 1 else self.elementwise("mul", [args[0], kw["alpha"]], shape)
+            return self.elementwise("sub", [args[1], b], shape)
+        if name == "pow":
+            exponent = args[1]
+            if isinstance(exponent, _Val) or not isinstance(args[0], _Val):
+                raise Unsupported("pow with a tensor exponent is not templated")
+            simple = {2: "square", 0.5: "sqrt", -1: "reciprocal", -0.5: "rsqrt"}
+            if exponent == 1:
+                return self.read(args[0])
+            if exponent in simple:
+                return self.elementwise(simple[exponent], args[:1], shape)
+            return self.elementwise("pow", [args[0], exponent], shape)
+        if name == "gelu":
+            approx = kw.get("approximate", args[1] if len(args) > 1 else "none")
+            return self.elementwise("gelu_tanh" if approx == "tanh" else "gelu", args[:1], shape)
+        if name in ("clamp", "hardtanh", "clamp_min", "clamp_max"):
+            lo = args[1] if name != "clamp_max" and len(args) > 1 else kw.get("min")
+            hi = args[2] if name in ("clamp", "hardtanh") and len(args) > 2 else kw.get("max")
+            if name == "clamp_max":
+                lo, hi = None, args[1]
+            if name == "hardtanh":
+                lo, hi = (args[1] if len(args) > 1 else -1.0), (args[2] if len(args) > 2 else 1.0)
+            if isinstance(lo, _Val) or isinstance(hi, _Val):
+                raise Unsupported("clamp with tensor bounds is not templated")
+            x = self.read(args[0])
+            self.check_arg(x, shape)
+            return _Val(self.new("clamp", (x.ref, lo, hi)), x.layout, shape)
+        if name == "leaky_relu":
+            slope = args[1] if len(args) > 1 else 0.01
+            scaled = self.elementwise("mul", [args[0], slope], shape)
+            return self.elementwise("where_gt0", [args[0], args[0], scaled], shape)
+        if name in _COMPARE:
+            # x > c  <=>  x - c > 0, exactly, in IEEE arithmetic; `ge`/`le` swap the where's branches.
+            x, c = args[0], args[1]
+            diff = self.elementwise("sub", [x, c] if name in ("gt", "le") else [c, x], shape)
+            return _Cond(diff, name)
+        if name == "where":
+            cond = args[0]
+            if not isinstance(cond, _Cond):
+                raise Unsupported("where() is templated only on a comparison with the result")
+            a, b = (args[1], args[2]) if cond.kind in ("gt", "lt") else (args[2], args[1])
+            return self.elementwise("where_gt0", [cond.value, a, b], shape)
+        if name in ("scalar_tensor", "full", "full_like", "zeros_like", "ones_like", "zeros", "ones"):
+            value = {"zeros_like": 0.0, "ones_like": 1.0, "zeros": 0.0, "ones": 1.0}.get(name)
+            value = value if value is not None else args[1] if name in ("full", "full_like") else args[0]
+            return _Val(float(value), "scalar", shape)
+        if name in ("sum", "mean", "amax", "amin"):
+            dims = args[1] if len(args) > 1 else kw.get("dim")
+            keep = args[2] if len(args) > 2 else kw.get("keepdim", False)
+            if dims is None:
+                raise Unsupported(f"{name} over every dim is not templated (only over the last dim)")
+            return self.reduce(name, args[0], dims, bool(keep), shape)
+        if name in ("max", "min") and len(args) > 1 and isinstance(args[1], int):
+            keep = args[2] if len(args) > 2 else kw.get("keepdim", False)
+            v = self.reduce("amax" if name == "max" else "amin", args[0], args[1], bool(keep))
+            return (v, _NoValue("the indices of max/min"))
+        if name in ("_softmax", "_log_softmax", "logsumexp"):
+            keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False)) or name != "logsumexp"
+            return self.softmax(name, args[0], args[1], keep)
+        if name == "native_layer_norm":
+            return self.layer_norm(args[0], args[1], args[2], args[3], args[4])
+        if name in ("var", "var_mean"):
+            return self.var(name, args, kw)
+        raise Unsupported(f"aten.{name} is not templated")
+
+    def view(self, x: Any, shape: tuple[int, ...]) -> _Val:
+        if isinstance(x, int | float):
+            return _Val(x, "scalar", shape)
+        if not isinstance(x, _Val):
+            raise Unsupported(f"a view of {type(x).__name__} is not templated")
+        if x.leaf is not None:
+            if x.transposed and (_numel(shape) != _numel(x.shape) or shape[-2:] != x.shape[-2:]):
+                raise Unsupported("a reshaped transposed tensor is not templated (only its batch dims fold)")
+            return replace(x, shape=shape)
+        layout = x.layout if x.layout != "full" or self.classify(shape) == "full" else None
+        if layout == "row" and not (self.classify(shape) == "row" or shape in (self.o, self.o[:-1])):
+            layout = None
+        if layout == "col" and not (self.classify(shape) == "col" or shape == self.o):
+            layout = None
+        if layout is None:
+            raise Unsupported(f"reshaping a {x.layout} value to {list(shape)} is not templated")
+        return replace(x, shape=shape)
+
+    def transpose(self, name: str, args: list[Any], shape: tuple[int, ...]) -> _Val:
+        x = args[0]
+        n = len(shape)
+        if name == "permute":
+            swap = n >= 2 and [d % n for d in args[1]] == [*range(n - 2), n - 1, n - 2]
+        elif name == "transpose":
+            swap = n >= 2 and sorted(d % n for d in args[1:3]) == [n - 2, n - 1]
+        else:
+            swap = n == 2
+        if not (isinstance(x, _Val) and x.leaf is not None and swap and not x.transposed):
+            raise Unsupported("transposes are templated only of a weight that feeds a matmul")
+        return replace(x, shape=shape, transposed=True)
+
+    def matmul(self, name: str, args: list[Any], kw: dict[str, Any], shape: tuple[int, ...]) -> _Val:
+        if self.gemm is not None:
+            raise Unsupported("more than one matmul is not templated")
+        if self.ops:
+            raise Unsupported("compute before the matmul is not templated (only an elementwise epilogue)")
+        bias, a, b = (args[0], args[1], args[2]) if name == "addmm" else (None, args[0], args[1])
+        if kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1:
+            raise Unsupported("addmm with beta or alpha other than 1 is not templated")
+        for operand in (a, b):
+            if not (isinstance(operand, _Val) and operand.leaf is not None):
+                raise Unsupported("matmul operands must be the forward's inputs or the module's parameters")
+        batched = name == "bmm"
+        batch = a.shape[0] if batched else 1
+        m, k = a.shape[-2], a.shape[-1]
+        n = shape[-1]
+        a_src, a_base, a_dtype = self.leaf_source[a.leaf]
+        b_src, b_base, b_dtype = self.leaf_source[b.leaf]
+        if a.transposed or _numel(a_base) != batch * m * k or a_base[-1] != k:
+            raise Unsupported(f"matmul operand {a_src} of shape {list(a_base)} is not a contiguous [M, K]")
+        b_layout = "nk" if b.transposed else "kn"
+        matrix = (n, k) if b.transposed else (k, n)
+        if b_base[-2:] != matrix or _numel(b_base[:-2]) != batch or (not batched and len(b_base) != 2):
+            raise Unsupported(
+                f"matmul operand {b_src} of shape {list(b_base)} is not a contiguous [K, N] or [N, K]"
+            )
+        self.register(a.leaf, a_src, "full", a_dtype)
+        self.register(b.leaf, b_src, "full", b_dtype)
+        bias_name = None
+        if bias is not None:
+            bv = self.read(bias)
+            if bv.layout != "col" or not isinstance(bv.ref, str) or bv.ref not in self.tensors:
+                raise Unsupported("addmm's bias must be a [N] parameter or input")
+            bias_name = bv.ref
+        self.gemm = GemmInfo(a.leaf, b.leaf, b_layout, bias_name, batched)  # type: ignore[arg-type]
+        self.gemm_sizes = (batch, m, n, k)
+        return _Val("acc", "full", shape)
+
+    # -- composite ops (what the decompositions leave whole) ---------------------------------------
+
+    def softmax(self, name: str, x: Any, dim: Any, keepdim: bool = True) -> _Val:
+        dims = dim if isinstance(dim, list | tuple) else [dim]
+        row, full = ((*self.o[:-1], 1) if keepdim else self.o[:-1]), self.o
+        m = self.reduce("amax", x, dims, True)
+        d = self.elementwise("sub", [x, m], full)
+        e = self.elementwise("exp", [d], full)
+        s = self.reduce("sum", e, [-1], keepdim)
+        if name == "_softmax":
+            return self.elementwise("div", [e, s], full)
+        log_s = self.elementwise("log", [s], row)
+        if name == "_log_softmax":
+            return self.elementwise("sub", [d, log_s], full)
+        return self.elementwise("add", [log_s, m if keepdim else self.view(m, row)], row)
+
+    def layer_norm(self, x: Any, normalized: Any, w: Any, b: Any, eps: float) -> tuple[Any, ...]:
+        if len(normalized) != 1:
+            raise Unsupported("layer norm over more than the last dim is not templated")
+        full, row = self.o, (*self.o[:-1], 1)
+        mean = self.reduce("mean", x, [-1], True)
+        d = self.elementwise("sub", [x, mean], full)
+        var = self.reduce("mean", self.elementwise("square", [d], full), [-1], True)
+        rstd = self.elementwise("rsqrt", [self.elementwise("add", [var, eps], row)], row)
+        y = self.elementwise("mul", [d, rstd], full)
+        if w is not None:
+            y = self.elementwise("mul", [y, w], full)
+        if b is not None:
+            y = self.elementwise("add", [y, b], full)
+        return (y, _NoValue("layer norm's mean"), _NoValue("layer norm's rstd"))
+
+    def var(self, name: str, args: list[Any], kw: dict[str, Any]) -> Any:
+        dims = args[1] if len(args) > 1 else kw.get("dim")
+        correction = kw.get("correction", 1)
+        correction = 1 if correction is None else correction
+        keep = bool(kw.get("keepdim", False))
+        if dims is None:
+            raise Unsupported(f"{name} over every dim is not templated")
+        full, row = self.o, ((*self.o[:-1], 1) if keep else self.o[:-1])
+        mean = self.reduce("mean", args[0], dims, True)
+        sq = self.elementwise("square", [self.elementwise("sub", [args[0], mean], full)], full)
+        var = self.reduce("mean", sq, [-1], keep)
+        if correction:  # a constant that depends on cols: shapes with other cols give another graph
+            var = self.elementwise("mul", [var, self.cols / (self.cols - correction)], row)
+        if name == "var":
+            return var
+        return (var, mean if keep else self.view(mean, row))
+
+
+@dataclass(frozen=True)
+class _Cond:
+    value: _Val  # `value > 0` (gt, lt) or `value > 0` with the branches swapped (ge, le)
+    kind: str
+
+
+@dataclass(frozen=True)
+class _NoValue:
+    """A secondary result (layer norm's mean, max's indices): reading it is refused."""
+
+    what: str
+
+
+def _dtype_of(v: Any) -> str:
+    return str(getattr(v, "dtype", "")).removeprefix("torch.")
+
+
+__all__ = ["FLOAT_DTYPES", "GraphMapper", "Unsupported"]

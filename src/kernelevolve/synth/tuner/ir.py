@@ -1,0 +1,123 @@
+"""The offline tuner's picture of a reference: a small dataflow graph over one iteration space.
+
+`trace.py` builds it from the spec's reference (an aten-level trace, decomposed); the code
+generators (`triton_codegen.py` for CUDA, `c_codegen.py` for the CPU) turn it into a complete
+candidate file with declared tunables. Three patterns are recognized:
+
+- `elementwise`: every op is elementwise over the output's shape; tensors are `full` (the output's
+  shape), `col` (1-D, broadcast along the last dim), `row` (one value per row) or `scalar`.
+- `row`: elementwise ops plus reductions over the last dim (keepdim), whose results have the `row`
+  layout and broadcast back: softmax, log-softmax, layer and RMS norms, and their fused neighbours.
+- `gemm`: a matrix product (`acc = a @ b`, optionally batched, optionally plus a bias) followed by an
+  elementwise epilogue whose ops read the accumulator by the value name "acc".
+
+Iteration space: the (first) output's shape; rows = prod(shape[:-1]), cols = shape[-1]. For `gemm`,
+rows = M (times batch), cols = N. Every `full` tensor is made contiguous by the generated wrapper.
+
+Deliberately not here: anything the tuner cannot generate (convolutions, gathers, reductions over
+other dims). `trace.recognize` returns None for those and the tuner seeds only from candidates that
+declare tunables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Pattern = Literal["elementwise", "row", "gemm"]
+Layout = Literal["full", "col", "row", "scalar"]
+
+# Elementwise ops and their arity. Constants may stand in for any argument.
+ELEMENTWISE_OPS: dict[str, int] = {
+    "add": 2, "sub": 2, "mul": 2, "div": 2, "maximum": 2, "minimum": 2,
+    "pow": 2,  # pow(x, c) with a constant exponent
+    "neg": 1, "abs": 1, "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "reciprocal": 1, "square": 1,
+    "tanh": 1, "sigmoid": 1, "relu": 1, "erf": 1, "silu": 1,
+    "gelu": 1,  # exact: 0.5 * x * (1 + erf(x / sqrt(2)))
+    "gelu_tanh": 1,  # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+    "clamp": 3,  # clamp(x, lo, hi); lo or hi may be None (a constant)
+    "where_gt0": 3,  # where(x > 0, a, b): leaky relu and friends
+}  # fmt: skip
+# Reductions over the last dim, keepdim: the result has the `row` layout.
+REDUCE_OPS: tuple[str, ...] = ("sum", "mean", "amax", "amin")
+
+Arg = str | float | int | None  # a value's name, or a constant
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A tensor the kernel reads. `source` says where the wrapper gets it: `input:<i>` (the forward's
+    i-th positional argument) or `param:<state-dict name>` (a parameter or buffer of the module)."""
+
+    name: str  # an identifier used in generated code
+    source: str
+    layout: Layout
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class Op:
+    out: str
+    op: str  # a key of ELEMENTWISE_OPS, or one of REDUCE_OPS
+    args: tuple[Arg, ...]
+
+
+@dataclass(frozen=True)
+class GemmInfo:
+    """acc[m, n] = sum_k a[m, k] * b'[k, n] (+ bias[n]); `b_layout` "kn" for b of shape [K, N],
+    "nk" for a Linear weight of shape [N, K]. `batched`: a and b carry a leading batch dim."""
+
+    a: str
+    b: str
+    b_layout: Literal["kn", "nk"]
+    bias: str | None = None
+    batched: bool = False
+
+
+@dataclass
+class OpGraph:
+    pattern: Pattern
+    tensors: list[TensorArg]
+    ops: list[Op]  # topological order
+    outputs: list[str]  # value names stored, in the reference's output order; all `full` layout
+    dtype: str = "float32"  # the outputs' dtype; compute is fp32 in every template
+    gemm: GemmInfo | None = None
+    forward_args: list[str] = field(default_factory=list)  # the forward's parameter names
+    init_source: str = ""  # ModelNew's __init__ (the reference's, cleaned), so parameters match by name
+    description: str = ""  # for humans and prompts, e.g. "row reduction: amax, sub, exp, sum, div"
+    # Per spec shape: the iteration space (and K for gemm), so templates can size blocks.
+    rows: dict[str, int] = field(default_factory=dict)
+    cols: dict[str, int] = field(default_factory=dict)
+    inner: dict[str, int] = field(default_factory=dict)  # gemm: K per shape
+    batch: dict[str, int] = field(default_factory=dict)  # gemm: batch per shape (1 if not batched)
+
+    def layout_of(self, name: str) -> Layout:
+        """The layout of a tensor or op value: reductions give `row`; elementwise ops the widest of
+        their arguments (full > col, row > scalar; col and row together make full)."""
+        for t in self.tensors:
+            if t.name == name:
+                return t.layout
+        if self.pattern == "gemm" and name == "acc":
+            return "full"
+        for op in self.ops:
+            if op.out == name:
+                if op.op in REDUCE_OPS:
+                    return "row"
+                seen = {self.layout_of(a) for a in op.args if isinstance(a, str)}
+                if "full" in seen or {"col", "row"} <= seen:
+                    return "full"
+                return "col" if "col" in seen else "row" if "row" in seen else "scalar"
+        raise KeyError(name)
+
+
+@dataclass
+class Generated:
+    """A complete candidate file, with its tunables declared in the source (see `tunables.py`)."""
+
+    source: str
+    template: str  # e.g. "triton-row", "c-elementwise"
+    tunables: dict[str, list[int | str]]
+    config: dict[str, int | str]
+
+
+__all__ = ["ELEMENTWISE_OPS", "REDUCE_OPS", "GemmInfo", "Generated", "Op", "OpGraph", "TensorArg"]

@@ -1,0 +1,195 @@
+"""Recognize a reference: trace `Model.forward` to aten ops and map them onto the tuner's `OpGraph`.
+
+`recognize(spec)` traces the reference once per spec shape with `make_fx` on the meta device (no
+memory, no compute), with parameters passed explicitly through `torch.func.functional_call` and the
+core aten decompositions applied, so `softmax`, `layer_norm`, `rms_norm`, `gelu`, `silu`, `linear` and
+their neighbours arrive as a few aten ops; `aten_map.GraphMapper` maps each graph onto the IR
+(`ir.py`). Every shape must give the same graph; only the sizes (rows, cols, K, batch) differ, and
+they are filled per shape name. The reference's constructor becomes ModelNew's (`init_source`), so
+the harness can copy the reference's weights into a generated candidate by name.
+
+Deliberately not here: anything the templates cannot generate. Convolutions, gathers, reductions over
+other dims, integer or float64 data, outputs of different shapes, compute before a matmul, training
+specs (backward) and data-dependent control flow give `None` with the reason, and the tuner then
+seeds only from candidates that declare tunables. Running the reference is the harness's business;
+this module only traces it on fake tensors (the spec file itself is imported: specs are trusted).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import math
+import textwrap
+from types import ModuleType
+from typing import Any
+
+from kernelevolve.spec import ShapeSpec, Spec, call_get_init_inputs, call_get_inputs, import_spec_module
+from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported
+from kernelevolve.synth.tuner.ir import OpGraph
+
+
+def recognize(spec: Spec) -> tuple[OpGraph | None, str]:
+    """The spec's reference as an OpGraph (with the description as the second item), or None and
+    the reason it cannot be templated."""
+    if spec.backward:
+        return None, "training specs (backward) are not templated: the tuner generates forward kernels"
+    try:
+        module = import_spec_module(spec.path)
+        graph: OpGraph | None = None
+        for shape in spec.shapes:
+            g = _trace_shape(spec, module, shape)
+            if graph is None:
+                graph = g
+            elif _structure(g) != _structure(graph):
+                raise Unsupported(
+                    f"shape {shape.name!r} traces to a different graph than {spec.shapes[0].name!r} "
+                    "(a constant or an op depends on the shape)"
+                )
+            else:
+                for attr in ("rows", "cols", "inner", "batch"):
+                    getattr(graph, attr).update(getattr(g, attr))
+        assert graph is not None
+        graph.init_source = _init_source(module)
+    except Unsupported as exc:
+        return None, str(exc)
+    except Exception as exc:  # the tracer's own failures: data-dependent control flow, unknown ops
+        return None, f"tracing the reference failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    graph.description = _describe(graph)
+    return graph, graph.description
+
+
+def _structure(g: OpGraph) -> tuple[Any, ...]:
+    return (g.pattern, g.tensors, g.ops, g.outputs, g.dtype, g.gemm, g.forward_args)
+
+
+# --- tracing --------------------------------------------------------------------------------------
+
+
+def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
+    import torch
+    from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        torch.manual_seed(0)
+        inputs = call_get_inputs(spec, module, shape)
+        model = module.Model(*call_get_init_inputs(spec, module, shape))
+    if spec.dtype is not None:
+        model = model.to(getattr(torch, spec.dtype))
+        inputs = [
+            x.to(getattr(torch, spec.dtype)) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in inputs
+        ]
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    names = list(state)
+    tensor_idx = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+
+    def run(*flat: Any) -> Any:
+        args = list(inputs)
+        for j, i in enumerate(tensor_idx):
+            args[i] = flat[len(names) + j]
+        return torch.func.functional_call(
+            model, dict(zip(names, flat[: len(names)], strict=False)), tuple(args)
+        )
+
+    table = core_aten_decompositions()
+    aten = torch.ops.aten
+    for keep in (aten.silu.default, aten.silu_.default, aten.logsumexp.default):
+        table.pop(keep, None)  # mapped whole: the decompositions bring ops the IR does not have
+    flat = [state[n] for n in names] + [inputs[i] for i in tensor_idx]
+    gm = make_fx(torch.func.functionalize(run), decomposition_table=dict(table), tracing_mode="fake")(*flat)
+
+    sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
+    forward_args = _forward_args(module.Model, len(inputs))
+    return GraphMapper(gm, sources, forward_args).build(shape.name)
+
+
+def _forward_args(model_cls: Any, n_inputs: int) -> list[str]:
+    params = list(inspect.signature(model_cls.forward).parameters.values())[1:]
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(named) < n_inputs:
+        return [f"arg{i}" for i in range(n_inputs)]
+    return named[:n_inputs]
+
+
+# --- the constructor ------------------------------------------------------------------------------
+
+_CANONICAL_MODULES = {"torch": "torch", "torch.nn": "nn", "torch.nn.functional": "nn.functional",
+                      "torch.nn.init": "nn.init", "math": "math"}  # fmt: skip
+
+
+def _init_source(module: ModuleType) -> str:
+    """`Model.__init__` as ModelNew's: same signature, `super()` bare, names that the candidate file
+    does not define rewritten to `torch.`, `nn.` or `math.` paths or inlined as literals."""
+    init = module.Model.__dict__.get("__init__")
+    if init is None:
+        return "def __init__(self):\n    super().__init__()\n"
+    tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+    fn = tree.body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    fn.decorator_list = []
+    local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+    local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+    class Rewrite(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            if isinstance(node.func, ast.Name) and node.func.id == "super":
+                node.args = []
+            self.generic_visit(node)
+            return node
+
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            if not isinstance(node.ctx, ast.Load) or node.id in local or node.id == "super":
+                return node
+            if node.id == "Model":
+                raise Unsupported("Model.__init__ refers to `Model` other than in super(Model, self)")
+            if node.id in vars(builtins) and node.id not in vars(module):
+                return node
+            if node.id not in vars(module):
+                raise Unsupported(f"Model.__init__ uses the undefined name {node.id!r}")
+            return ast.parse(_portable(node.id, vars(module)[node.id]), mode="eval").body
+
+    fn = Rewrite().visit(fn)
+    return ast.unparse(fn) + "\n"
+
+
+def _portable(name: str, value: Any) -> str:
+    import torch
+
+    if inspect.ismodule(value):
+        if value.__name__ in _CANONICAL_MODULES:
+            return _CANONICAL_MODULES[value.__name__]
+        raise Unsupported(
+            f"Model.__init__ uses the module {value.__name__}; only torch, nn and math are kept"
+        )
+    for prefix, mod in (("nn.", torch.nn), ("torch.", torch), ("math.", math)):
+        if getattr(mod, name, None) is value:
+            return prefix + name
+    if isinstance(value, bool | int | float | str | tuple | type(None)):
+        try:
+            text = repr(value)
+            if ast.literal_eval(text) == value:
+                return text
+        except (ValueError, SyntaxError):
+            pass
+    raise Unsupported(
+        f"Model.__init__ uses {name!r}, defined in the spec; a generated candidate cannot carry it "
+        "(inline it, or write a candidate by hand)"
+    )
+
+
+def _describe(g: OpGraph) -> str:
+    names = ", ".join(op.op for op in g.ops)
+    if g.pattern == "gemm" and g.gemm is not None:
+        what = "batched matmul" if g.gemm.batched else "matmul"
+        bias = " + bias" if g.gemm.bias else ""
+        epi = f", epilogue: {names}" if names else ""
+        return f"{what} (weight layout {g.gemm.b_layout}){bias}{epi}"
+    if g.pattern == "row":
+        return f"row reduction over the last dim: {names}"
+    return f"elementwise chain: {names}"
+
+
+__all__ = ["Unsupported", "recognize"]

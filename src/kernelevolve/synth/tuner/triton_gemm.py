@@ -1,0 +1,235 @@
+"""Triton template for `gemm` graphs: acc = a @ b (+ bias), an elementwise epilogue, one store.
+
+The Triton matmul tutorial's kernel: a BLOCK_M x BLOCK_N tile per program, GROUP_M rows of tiles
+swizzled together so neighbours share panels in L2, a K loop of BLOCK_K slices (the trip count a
+constexpr, EVEN_K dropping the K masks when K divides), rows and columns past the edge wrapped
+(`% M`, `% N`) so the loads stay unmasked and only the store is masked. A batched product takes the
+batch from the grid's second axis; a `b` with one batch is broadcast through a zero stride. A Linear
+weight (`b_layout` "nk", shape [N, K]) is read transposed through its strides, never copied. Bias and
+the epilogue run on the fp32 accumulator before the store.
+
+Precision (the `DOT` tunable): strict_fp32 -> `input_precision="ieee"` by default, with "tf32x3"
+(three TF32 products, about fp32 accuracy on tensor cores) offered to the tuner; tf32 -> "tf32";
+low -> bf16 operands with fp32 accumulation. bf16/fp16 inputs always take the native dot.
+
+Not here: split-K, persistent or TMA/warp-specialized schedules, batch > 65535 (the grid's y limit).
+"""
+
+from __future__ import annotations
+
+from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
+from kernelevolve.synth.tuner.triton_common import (
+    CodegenError,
+    Names,
+    Parts,
+    allocate,
+    check_graph,
+    forward_args,
+    helpers_for,
+    jit_function,
+    load,
+    needed,
+    op_expr,
+    outputs_tuple,
+    pick,
+    pow2_at_least,
+    source_expr,
+    store,
+)
+
+_HALF = {"bfloat16", "float16"}
+_DOTS = {
+    "strict_fp32": ["ieee", "tf32x3"],
+    "tf32": ["tf32", "tf32x3", "ieee"],
+    "low": ["bf16", "tf32", "tf32x3", "ieee"],
+}
+
+
+def build(graph: OpGraph, precision: str) -> Parts:
+    check_graph(graph, "gemm")
+    gi = graph.gemm
+    if gi is None:
+        raise CodegenError("a gemm graph without its GemmInfo")
+    names = Names(graph)
+    by_name = {t.name: t for t in graph.tensors}
+    for role, name in (("a", gi.a), ("b", gi.b), ("bias", gi.bias)):
+        if name is not None and name not in by_name:
+            raise CodegenError(f"gemm {role} {name!r} is not one of the graph's tensors")
+    a, b = by_name[gi.a], by_name[gi.b]
+    bias = by_name[gi.bias] if gi.bias else None
+    live = needed(graph, graph.outputs)
+    epilogue = [t for t in graph.tensors if t.name in live and t.name not in (gi.a, gi.b, gi.bias)]
+    ops = [op for op in graph.ops if op.out in live]
+    native = a.dtype == b.dtype and a.dtype in _HALF
+    dots = ["native"] if native else _DOTS[precision]
+
+    ptrs = [names.ptr(a.name), names.ptr(b.name)] + ([names.ptr(bias.name)] if bias else [])
+    ptrs += [names.ptr(t.name) for t in epilogue] + [f"out{i}_ptr" for i in range(len(graph.outputs))]
+    params = [
+        *ptrs,
+        "M",
+        "N",
+        "K",
+        "stride_az",
+        "stride_am",
+        "stride_ak",
+        "stride_bz",
+        "stride_bk",
+        "stride_bn",
+    ]
+    params += [
+        f"{k}: tl.constexpr" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "K_TILES", "EVEN_K", "DOT")
+    ]
+    cast_a = "" if native or a.dtype == "float32" else ".to(tl.float32)"
+    cast_b = "" if native or b.dtype == "float32" else ".to(tl.float32)"
+    body = [
+        "pid = tl.program_id(0)",
+        "z = tl.program_id(1).to(tl.int64)",
+        "num_pid_m = tl.cdiv(M, BLOCK_M)",
+        "num_pid_n = tl.cdiv(N, BLOCK_N)",
+        "num_pid_in_group = GROUP_M * num_pid_n",
+        "first_pid_m = (pid // num_pid_in_group) * GROUP_M",
+        "group_size_m = min(num_pid_m - first_pid_m, GROUP_M)",
+        "pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
+        "pid_n = (pid % num_pid_in_group) // group_size_m",
+        "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        "rk = tl.arange(0, BLOCK_K)",
+        "am = rm % M  # past the edge: wrap, so loads need no mask (the store has one)",
+        "bn = rn % N",
+        f"a_ptrs = {ptrs[0]} + z * stride_az + am[:, None] * stride_am + rk[None, :] * stride_ak",
+        f"b_ptrs = {ptrs[1]} + z * stride_bz + rk[:, None] * stride_bk + bn[None, :] * stride_bn",
+        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        "for kt in range(K_TILES):",
+        "    if EVEN_K:",
+        f"        a = tl.load(a_ptrs){cast_a}",
+        f"        b = tl.load(b_ptrs){cast_b}",
+        "    else:",
+        f"        a = tl.load(a_ptrs, mask=rk[None, :] < K - kt * BLOCK_K, other=0.0){cast_a}",
+        f"        b = tl.load(b_ptrs, mask=rk[:, None] < K - kt * BLOCK_K, other=0.0){cast_b}",
+        '    if DOT == "bf16":',
+        "        acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)",
+        '    elif DOT == "native":',
+        "        acc = tl.dot(a, b, acc)",
+        "    else:",
+        "        acc = tl.dot(a, b, acc, input_precision=DOT)",
+        "    a_ptrs += BLOCK_K * stride_ak",
+        "    b_ptrs += BLOCK_K * stride_bk",
+        "m2 = rm[:, None]",
+        "n2 = rn[None, :]",
+        "mask = (m2 < M) & (n2 < N)",
+    ]
+    acc = names.var("acc")
+    if bias:
+        body.append(
+            f"{acc} = acc + tl.load({names.ptr(bias.name)} + n2, mask=n2 < N, other=0.0).to(tl.float32)"
+        )
+    else:
+        body.append(f"{acc} = acc")
+    offsets = {"full": "z * M * N + m2 * N + n2", "col": "n2", "row": "z * M + m2"}
+    masks = {"full": "mask", "col": "n2 < N", "row": "m2 < M"}
+    body += [load(t, names, offsets, masks) for t in epilogue]
+    body += [f"{names.var(op.out)} = {op_expr(op, names)}" for op in ops]
+    for i, out in enumerate(graph.outputs):
+        body.append(
+            store(i, names.var(out), graph.layout_of(out), offsets["full"], "mask", "[BLOCK_M, BLOCK_N]")
+        )
+    kernel = jit_function("_gemm_kernel", params, body)
+
+    fwd = _forward(graph, names, a, b, bias, epilogue)
+    tunables, defaults = _knobs(graph, dots, native)
+    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops))
+
+
+def _forward(
+    graph: OpGraph,
+    names: Names,
+    a: TensorArg,
+    b: TensorArg,
+    bias: TensorArg | None,
+    epilogue: list[TensorArg],
+) -> list[str]:
+    gi = graph.gemm
+    assert gi is not None
+    args = forward_args(graph)
+    la, lb = names.local(a.name), names.local(b.name)
+    lines = [f"{la} = {source_expr(a, args)}", f"{lb} = {source_expr(b, args)}"]
+    lines += [
+        f"{names.local(t.name)} = {source_expr(t, args)}.contiguous()"
+        for t in [*([bias] if bias else []), *epilogue]
+    ]
+    kn = gi.b_layout == "kn"
+    if gi.batched:
+        lines += [
+            f"_M, _K = {la}.shape[-2], {la}.shape[-1]",
+            f"_a = {la}.reshape(-1, _M, _K)",
+            f"_b = {lb}.reshape(-1, {lb}.shape[-2], {lb}.shape[-1])",
+            "_batch = _a.shape[0]",
+            "_N = _b.shape[2]" if kn else "_N = _b.shape[1]",
+            "_saz, _sam, _sak = _a.stride(0), _a.stride(1), _a.stride(2)",
+            "_sbz = _b.stride(0) if _b.shape[0] > 1 else 0  # one b for every batch: broadcast",
+            "_sbk, _sbn = " + ("_b.stride(1), _b.stride(2)" if kn else "_b.stride(2), _b.stride(1)"),
+        ]
+    else:
+        lines += [
+            f"_K = {la}.shape[-1]",
+            f"_a = {la}.reshape(-1, _K)",
+            f"_b = {lb}",
+            "_M, _batch = _a.shape[0], 1",
+            "_N = _b.shape[1]" if kn else "_N = _b.shape[0]",
+            "_saz, _sam, _sak = 0, _a.stride(0), _a.stride(1)",
+            "_sbz = 0",
+            "_sbk, _sbn = " + ("_b.stride(0), _b.stride(1)" if kn else "_b.stride(1), _b.stride(0)"),
+        ]
+    full = [t for t in epilogue if t.layout == "full"]
+    # A full epilogue tensor has the output's shape exactly; otherwise a's leading dims, then N.
+    shape = f"{names.local(full[0].name)}.shape" if full else f"(*{la}.shape[:-1], _N)"
+    lines += [f"_shape = {shape}", f"_device = {la}.device", *allocate(graph, "_shape")]
+    launch = ["_a", "_b"] + [names.local(t.name) for t in [*([bias] if bias else []), *epilogue]]
+    launch += [f"_out{i}" for i in range(len(graph.outputs))]
+    lines += [
+        "if _out0.numel() == 0:",
+        f"    return {outputs_tuple(graph)}",
+        '_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]',
+        "_gemm_kernel[(triton.cdiv(_M, _bm) * triton.cdiv(_N, _bn), _batch)](",
+        f"    {', '.join(launch)},",
+        "    _M, _N, _K, _saz, _sam, _sak, _sbz, _sbk, _sbn,",
+        '    BLOCK_M=_bm, BLOCK_N=_bn, BLOCK_K=_bk, GROUP_M=CONFIG["GROUP_M"],',
+        '    K_TILES=triton.cdiv(_K, _bk), EVEN_K=_K % _bk == 0, DOT=CONFIG["DOT"],',
+        '    num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],',
+        ")",
+        f"return {outputs_tuple(graph)}",
+    ]
+    return lines
+
+
+def _knobs(
+    graph: OpGraph, dots: list[str], native: bool
+) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
+    m = max((graph.rows[k] // max(1, graph.batch.get(k, 1)) for k in graph.rows), default=4096)
+    n = max(graph.cols.values(), default=4096)
+    bm = pick([16, 32, 64, 128], pow2_at_least(m))
+    bn = pick([16, 32, 64, 128], pow2_at_least(n))
+    # fp32 operands: 32-wide K slices keep three stages of 128x128 tiles within Hopper's shared memory.
+    tunables: dict[str, list[int | str]] = {
+        "BLOCK_M": [16, 32, 64, 128, 256],
+        "BLOCK_N": [16, 32, 64, 128, 256],
+        "BLOCK_K": [16, 32, 64, 128],
+        "GROUP_M": [1, 4, 8, 16],
+        "num_warps": [2, 4, 8],
+        "num_stages": [1, 2, 3, 4, 5],
+        "DOT": list(dots),
+    }
+    defaults: dict[str, int | str] = {
+        "BLOCK_M": bm,
+        "BLOCK_N": bn,
+        "BLOCK_K": 64 if native else 32,
+        "GROUP_M": 8,
+        "num_warps": 8 if bm * bn >= 128 * 128 else 4,
+        "num_stages": 4 if native else 3,
+        "DOT": dots[0],
+    }
+    return tunables, defaults
+
+
+__all__ = ["build"]

@@ -1,0 +1,323 @@
+"""The offline tuner's decisions, as pure unit tests: hand-made tasks and NodeViews, no harness.
+
+The CPU template for tests/specs/ew_chain.py is generated once per module (tracing takes a second);
+a user seed with a four-point space shows exhaustion.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pytest
+
+from kernelevolve.evaluate.pool import candidate_hash
+from kernelevolve.spec import Spec, load_spec
+from kernelevolve.synth.base import NodeView, Proposal, Snippet, Task
+from kernelevolve.synth.tuner import tunables as tn
+from kernelevolve.synth.tuner.driver import OfflineTuner
+from tests.conftest import SPECS
+
+SEED = """
+import torch
+import torch.nn as nn
+from kernelevolve.native import compile_c
+
+TUNABLES = {"a": [1, 2], "b": ["x", "y"]}
+CONFIG = {"a": 1, "b": "x"}
+
+_lib = compile_c("void f(float *y) { y[0] = 1.0f; }")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        _lib.f(y)
+        return y
+"""
+
+
+class NoTools:
+    def lint(self, source: str) -> str:
+        raise AssertionError("the tuner does not lint")
+
+    def quick_run(self, source: str) -> str:
+        raise AssertionError("the tuner does not run candidates")
+
+    def search_knowledge(self, query: str, limit: int = 5) -> list[Snippet]:
+        raise AssertionError("the tuner does not search")
+
+
+@pytest.fixture(scope="module")
+def spec() -> Spec:
+    return load_spec(SPECS / "ew_chain.py")
+
+
+@pytest.fixture(scope="module")
+def tuner(spec: Spec) -> OfflineTuner:
+    return OfflineTuner(spec, "cpu", ("c",))
+
+
+@pytest.fixture(scope="module")
+def template(tuner: OfflineTuner, spec: Spec) -> str:
+    p = tuner.propose(task(spec, "draft"), NoTools())
+    assert p.source is not None, p.error
+    return p.source
+
+
+def task(
+    spec: Spec,
+    mode: str,
+    parents: Sequence[NodeView] = (),
+    history: Sequence[NodeView] = (),
+    tried: Iterable[str] = (),
+    seed: int = 0,
+) -> Task:
+    return Task(run_id="r", node_id=99, spec=spec, platform="cpu", platform_target="cpu:x86_64",
+                kinds=("c",), mode=mode, parents=list(parents), history=list(history), tried=set(tried),
+                seed=seed)  # fmt: skip
+
+
+def node(id: int, source: str, cfg: dict[str, Any] | None = None, parent: int | None = None,
+         fitness: float = 1.0, status: str = "ok") -> NodeView:  # fmt: skip
+    src = tn.write(source, cfg) if cfg is not None else source
+    found = tn.read(src)
+    return NodeView(id=id, parent=parent, mode="inherit", source=src, status=status, fitness=fitness,
+                    config=found[1] if found else None)  # fmt: skip
+
+
+def declared(source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    found = tn.read(source)
+    assert found is not None
+    return found
+
+
+def config_of(p: Proposal) -> dict[str, Any]:
+    assert p.source is not None, p.error
+    declared = tn.read(p.source)
+    assert declared is not None
+    return declared[1]
+
+
+def fresh_tuner(spec: Spec, **kw: Any) -> OfflineTuner:
+    return OfflineTuner(spec, "cpu", ("c",), **kw)
+
+
+# -- drafts ----------------------------------------------------------------------------------------
+
+
+def test_drafts_start_with_the_template_and_are_distinct_and_untried(spec: Spec, template: str) -> None:
+    tuner = fresh_tuner(spec)
+    assert "c-elementwise" in template and "TUNABLES = " in template
+    tried: set[str] = set()
+    sources = []
+    for i in range(6):
+        p = tuner.propose(task(spec, "draft", tried=tried, seed=i), NoTools())
+        assert p.source is not None and not p.exhausted, p.error
+        assert candidate_hash(p.source) not in tried
+        assert p.note and p.response and "LLM" not in (p.prompt or "") + p.response
+        tried.add(candidate_hash(p.source))
+        sources.append(p.source)
+    assert sources[0] == template  # the default config first
+    assert len(set(sources)) == 6
+    # Later drafts are the same file with another CONFIG line.
+    assert {tn.write(s, declared(template)[1]) for s in sources} == {template}
+
+
+def test_drafts_skip_what_the_tree_already_holds(spec: Spec, template: str) -> None:
+    p = fresh_tuner(spec).propose(task(spec, "draft", tried={candidate_hash(template)}), NoTools())
+    assert p.source is not None and p.source != template
+    assert "random config" in p.note
+
+
+def test_user_seeds_come_after_the_template_and_run_out(spec: Spec) -> None:
+    # linear_train is a training spec: no template, so the seed's four configurations are all there is.
+    train = load_spec(SPECS / "linear_train.py")
+    tuner = OfflineTuner(train, "cpu", ("c",), extra_seeds=[("mine.py", SEED)])
+    tried: set[str] = set()
+    got = []
+    for i in range(4):
+        p = tuner.propose(task(train, "draft", tried=tried, seed=i), NoTools())
+        assert p.source is not None, p.error
+        tried.add(candidate_hash(p.source))
+        got.append(tuple(config_of(p).values()))
+    assert got[0] == (1, "x") and sorted(got) == [(1, "x"), (1, "y"), (2, "x"), (2, "y")]
+    last = tuner.propose(task(train, "draft", tried=tried, seed=9), NoTools())
+    assert last.source is None and last.exhausted and "nothing left" in (last.error or "")
+
+
+def test_unrecognized_reference_without_tunables_says_why(spec: Spec) -> None:
+    train = load_spec(SPECS / "linear_train.py")
+    plain = node(
+        1, SEED.replace('TUNABLES = {"a": [1, 2], "b": ["x", "y"]}\nCONFIG = {"a": 1, "b": "x"}\n', "")
+    )
+    assert tn.read(plain.source or "") is None
+    p = OfflineTuner(train, "cpu", ("c",)).propose(task(train, "inherit", parents=[plain]), NoTools())
+    assert p.source is None and p.exhausted
+    assert "backward" in (p.error or "") and "declare TUNABLES/CONFIG" in (p.error or "")
+
+
+# -- one parent ------------------------------------------------------------------------------------
+
+
+def neighbours(space: dict[str, list[Any]], a: dict[str, Any], b: dict[str, Any]) -> dict[str, int]:
+    """Index steps between two configs, per key that differs."""
+    return {k: space[k].index(b[k]) - space[k].index(a[k]) for k in space if a[k] != b[k]}
+
+
+def test_inherit_steps_one_or_two_declared_tunables_to_a_neighbour(spec: Spec, template: str) -> None:
+    space, default = declared(template)
+    parent = node(5, template, default)
+    seen_two = False
+    for seed in range(25):
+        p = fresh_tuner(spec).propose(task(spec, "inherit", parents=[parent], seed=seed), NoTools())
+        cfg = config_of(p)
+        steps = neighbours(space, default, cfg)
+        assert 1 <= len(steps) <= 2 and all(abs(d) == 1 for d in steps.values()), steps
+        seen_two |= len(steps) == 2
+        assert p.note.startswith("mutate ") and "->" in p.note
+        # Only the CONFIG line changed.
+        assert tn.write(p.source or "", default) == template
+    assert seen_two
+
+
+def test_inherit_prefers_the_direction_that_improved(spec: Spec, template: str) -> None:
+    _, default = declared(template)
+    grand = node(1, template, {**default, "unroll": 1}, fitness=1.0)
+    parent = node(2, template, {**default, "unroll": 2}, parent=1, fitness=2.0)
+    ups = 0
+    for seed in range(40):
+        cfg = config_of(
+            fresh_tuner(spec).propose(task(spec, "inherit", [parent], [grand], seed=seed), NoTools())
+        )
+        ups += cfg["unroll"] == 4
+    # Without history, a given move has about a 1/11 chance per pick; with it, unroll up dominates.
+    assert ups >= 16, ups
+
+
+def test_compare_moves_towards_the_fastest_sibling(spec: Spec, template: str) -> None:
+    space, default = declared(template)
+    parent = node(3, template, default, parent=1, fitness=1.0)
+    best = node(4, template, {**default, "threads": space["threads"][0], "chunk": 64}, parent=1, fitness=3.0)
+    worse = node(5, template, {**default, "vec": "auto"}, parent=1, fitness=0.5)
+    for seed in range(10):
+        cfg = config_of(
+            fresh_tuner(spec).propose(task(spec, "compare", [parent], [best, worse], seed=seed), NoTools())
+        )
+        steps = neighbours(space, default, cfg)
+        assert set(steps) <= {"threads", "chunk"} and steps, steps
+        assert steps.get("threads", -1) == -1 and steps.get("chunk", 1) == 1  # towards, by one step
+
+
+def test_combine_mixes_a_sibling_move_and_a_lineage_move(spec: Spec, template: str) -> None:
+    space, default = declared(template)
+    parent = node(3, template, default, parent=1, fitness=1.0)
+    best = node(4, template, {**default, "threads": space["threads"][0]}, parent=1, fitness=3.0)
+    cfg = config_of(fresh_tuner(spec).propose(task(spec, "combine", [parent], [best]), NoTools()))
+    steps = neighbours(space, default, cfg)
+    assert steps.get("threads") == -1 and len(steps) == 2
+
+
+def test_a_failed_parent_steps_back_towards_its_parent(spec: Spec, template: str) -> None:
+    _, default = declared(template)
+    good = node(1, template, default, fitness=2.0)
+    bad_cfg = {**default, "unroll": 4, "vec": "auto"}
+    bad = node(2, template, bad_cfg, parent=1, fitness=0.0, status="incorrect")
+    tried = {candidate_hash(good.source or "")}
+    for seed in range(8):
+        p = fresh_tuner(spec).propose(task(spec, "inherit", [bad], [good], tried=tried, seed=seed), NoTools())
+        cfg = config_of(p)
+        assert cfg["unroll"] == default["unroll"] or cfg["vec"] == default["vec"], cfg
+        assert p.note.startswith("step back")
+
+
+def test_fresh_draws_a_random_config_and_a_parent_without_tunables_gets_the_template(
+    spec: Spec, template: str
+) -> None:
+    _, default = declared(template)
+    parent = node(5, template, default)
+    p = fresh_tuner(spec).propose(task(spec, "fresh", [parent], seed=3), NoTools())
+    assert config_of(p) != default and "random config" in p.note
+    plain = node(6, "import torch\n\nclass ModelNew:\n    pass\n")
+    p = fresh_tuner(spec).propose(task(spec, "inherit", [plain]), NoTools())
+    assert p.source == template
+
+
+# -- two parents -----------------------------------------------------------------------------------
+
+
+def test_crossover_takes_each_value_from_one_parent(spec: Spec, template: str) -> None:
+    space, default = declared(template)
+    a_cfg = {**default, "threads": space["threads"][0], "unroll": 1, "vec": "auto", "chunk": 1}
+    b_cfg = {**default, "threads": space["threads"][-1], "unroll": 4, "vec": "simd", "chunk": 64}
+    a, b = node(1, template, a_cfg), node(2, template, b_cfg)
+    mixed = set()
+    for seed in range(10):
+        p = fresh_tuner(spec).propose(task(spec, "inherit", [a, b], seed=seed), NoTools())
+        cfg = config_of(p)
+        assert cfg not in (a_cfg, b_cfg)
+        assert all(cfg[k] in (a_cfg[k], b_cfg[k]) for k in cfg)
+        assert p.note.startswith("crossover #1 x #2")
+        mixed.add(tuple(sorted(k for k in cfg if cfg[k] == b_cfg[k] != a_cfg[k])))
+    assert len(mixed) > 2  # different seeds take different keys
+
+
+# -- the contract: reproducible, never a repeat, safe across threads -------------------------------
+
+
+def test_same_seed_same_answer_and_other_seeds_differ(spec: Spec, template: str) -> None:
+    parent = node(5, template)
+    answers = [
+        fresh_tuner(spec).propose(task(spec, "inherit", [parent], seed=s), NoTools()).source
+        for s in (7, 7, 8, 9)
+    ]
+    assert answers[0] == answers[1]
+    assert len(set(answers[1:])) > 1
+
+
+def test_never_proposes_a_tried_source_and_says_when_done(spec: Spec, template: str) -> None:
+    train = load_spec(SPECS / "linear_train.py")
+    tuner = OfflineTuner(train, "cpu", ("c",), extra_seeds=[("mine.py", SEED)])
+    parent = node(1, SEED)
+    tried = {candidate_hash(parent.source or "")}
+    for seed in range(3):
+        p = tuner.propose(task(train, "inherit", [parent], tried=tried, seed=seed), NoTools())
+        assert p.source is not None and candidate_hash(p.source) not in tried
+        tried.add(candidate_hash(p.source))
+    p = tuner.propose(task(train, "inherit", [parent], tried=tried, seed=5), NoTools())
+    assert p.source is None and p.exhausted
+
+
+def test_concurrent_calls_get_distinct_sources(spec: Spec) -> None:
+    tuner = fresh_tuner(spec)
+    out: list[str | None] = []
+    lock = threading.Lock()
+
+    def work(seed: int) -> None:
+        p = tuner.propose(task(spec, "draft", seed=seed), NoTools())
+        with lock:
+            out.append(p.source)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert None not in out and len(set(out)) == 6
+
+
+def test_cuda_uses_the_triton_templates(spec: Spec) -> None:
+    pytest.importorskip("kernelevolve.synth.tuner.triton_codegen")
+    tuner = OfflineTuner(spec, "cuda", ("triton", "cuda"))
+    t = Task(run_id="r", node_id=1, spec=spec, platform="cuda", platform_target="cuda:sm90", kinds=("triton",),
+             mode="draft")  # fmt: skip
+    tried: set[str] = set()
+    templates = []
+    for seed in range(3):
+        t.tried, t.seed = tried, seed
+        p = tuner.propose(t, NoTools())
+        assert p.source is not None and "@triton.jit" in p.source, p.error
+        tried.add(candidate_hash(p.source))
+        templates.append(p.note)
+    assert templates[0].startswith("template triton-")

@@ -1,0 +1,558 @@
+"""The Triton code generator (`synth.tuner.triton_codegen`): hand-built OpGraphs in, candidate files
+out. Every generated file must pass the candidate guards, declare well-formed tunables, and compute
+what its spec's reference computes, for the default configuration and others.
+
+Correctness runs under the Triton interpreter on CPU tensors, in one subprocess for all cases (the
+interpreter is switched on by TRITON_INTERPRET before triton is imported, and stays out of this
+process). The GPU test at the end runs the generated kernels compiled, on CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernelevolve.evaluate.guards import check_source
+from kernelevolve.synth.tuner import tunables
+from kernelevolve.synth.tuner.ir import GemmInfo, Op, OpGraph, TensorArg
+from kernelevolve.synth.tuner.triton_codegen import CodegenError, generate, variants
+from kernelevolve.synth.tuner.tunables import TunablesError
+
+SPECS = Path(__file__).parent / "specs"
+
+# -- graphs, as the tracer would build them from the tg_* specs ---------------------------------------
+
+
+def ops_graph() -> OpGraph:
+    x, y = TensorArg("x", "input:0", "full"), TensorArg("y", "input:1", "full")
+    ops = [Op("p0", "abs", ("x",)), Op("p", "add", ("p0", 0.1)), Op("lk", "mul", (0.01, "x"))]
+    outs: list[tuple[str, tuple[Any, ...]]] = [
+        ("add", ("x", "y")), ("sub", ("x", "y")), ("mul", ("x", "y")), ("div", ("x", "p")),
+        ("maximum", ("x", "y")), ("minimum", ("x", "y")),
+        ("pow", ("p", 2)), ("pow", ("p", 0.5)), ("pow", ("x", 3)), ("pow", ("p", -0.5)),
+        ("pow", ("p", 1.7)), ("pow", ("x", 5)), ("pow", ("x", 6.0)), ("pow", ("p", -1)),
+        ("pow", ("x", 0)), ("pow", ("p", -2.5)),
+        ("neg", ("x",)), ("abs", ("x",)), ("exp", ("x",)), ("log", ("p",)), ("sqrt", ("p",)),
+        ("rsqrt", ("p",)), ("reciprocal", ("p",)), ("square", ("x",)), ("tanh", ("x",)),
+        ("sigmoid", ("x",)), ("relu", ("x",)), ("erf", ("x",)), ("silu", ("x",)), ("gelu", ("x",)),
+        ("gelu_tanh", ("x",)), ("clamp", ("x", -0.5, None)), ("clamp", ("x", -0.5, 0.7)),
+        ("where_gt0", ("x", "x", "lk")),
+    ]  # fmt: skip
+    ops += [Op(f"o{i}", name, args) for i, (name, args) in enumerate(outs)]
+    return OpGraph(
+        "elementwise", [x, y], ops, [f"o{i}" for i in range(len(outs))], forward_args=["x", "y"],
+        rows={"tiny": 6}, cols={"tiny": 70}, description="every elementwise op",
+    )  # fmt: skip
+
+
+def elementwise_graph() -> OpGraph:
+    tensors = [
+        TensorArg("x", "input:0", "full"),
+        TensorArg("scale", "param:scale", "col"),
+        TensorArg("r", "input:1", "row"),
+        TensorArg("shift", "param:shift", "scalar"),
+    ]
+    ops = [
+        Op("a", "mul", ("x", "scale")), Op("h", "add", ("a", "r")), Op("g", "gelu_tanh", ("h",)),
+        Op("c", "clamp", ("g", -1.0, 2.0)), Op("s", "sigmoid", ("x",)), Op("m", "mul", ("c", "s")),
+        Op("shift2", "mul", ("shift", 2.0)), Op("y", "add", ("m", "shift2")),
+        Op("t", "tanh", ("h",)), Op("t2", "pow", ("t", 2)),
+    ]  # fmt: skip
+    init = """
+        def __init__(self, cols):
+            super().__init__()
+            self.scale = nn.Parameter(torch.randn(cols))
+            self.register_buffer("shift", torch.tensor(0.5))
+    """
+    return OpGraph(
+        "elementwise", tensors, ops, ["y", "t2"], forward_args=["x", "r"], init_source=init,
+        rows={"tiny": 6}, cols={"tiny": 50}, description="scaled gelu_tanh, clamp, sigmoid gate",
+    )  # fmt: skip
+
+
+def gelu_bf16_graph() -> OpGraph:
+    return OpGraph(
+        "elementwise", [TensorArg("x", "input:0", "full", "bfloat16")], [Op("y", "gelu", ("x",))], ["y"],
+        dtype="bfloat16", forward_args=["x"], rows={"tiny": 8}, cols={"tiny": 300},
+    )  # fmt: skip
+
+
+def softmax_graph() -> OpGraph:
+    ops = [
+        Op("m", "amax", ("x",)), Op("d", "sub", ("x", "m")), Op("e", "exp", ("d",)),
+        Op("s", "sum", ("e",)), Op("y", "div", ("e", "s")), Op("ls", "log", ("s",)),
+        Op("z", "sub", ("d", "ls")),
+    ]  # fmt: skip
+    return OpGraph(
+        "row", [TensorArg("x", "input:0", "full")], ops, ["y", "z"], forward_args=["x"],
+        rows={"narrow": 10, "wide": 3}, cols={"narrow": 100, "wide": 1500}, description="softmax, log-softmax",
+    )  # fmt: skip
+
+
+def rmsnorm_graph() -> OpGraph:
+    ops = [
+        Op("sq", "pow", ("x", 2)), Op("ms", "mean", ("sq",)), Op("v", "add", ("ms", 1e-6)),
+        Op("rs", "rsqrt", ("v",)), Op("n", "mul", ("x", "rs")), Op("y", "mul", ("n", "w")),
+    ]  # fmt: skip
+    init = """
+    def __init__(self, cols, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(cols))
+        self.eps = eps
+    """
+    return OpGraph(
+        "row", [TensorArg("x", "input:0", "full"), TensorArg("w", "param:weight", "col")], ops, ["y"],
+        forward_args=["x"], init_source=init, rows={"narrow": 9, "wide": 3}, cols={"narrow": 96, "wide": 1100},
+    )  # fmt: skip
+
+
+def layernorm_graph() -> OpGraph:
+    tensors = [
+        TensorArg("x", "input:0", "full"),
+        TensorArg("norm_weight", "param:norm.weight", "col"),
+        TensorArg("norm_bias", "param:norm.bias", "col"),
+    ]
+    ops = [
+        Op("mu", "mean", ("x",)), Op("d", "sub", ("x", "mu")), Op("d2", "mul", ("d", "d")),
+        Op("var", "mean", ("d2",)), Op("ve", "add", ("var", 1e-5)), Op("rs", "rsqrt", ("ve",)),
+        Op("n", "mul", ("d", "rs")), Op("w", "mul", ("n", "norm_weight")), Op("y", "add", ("w", "norm_bias")),
+    ]  # fmt: skip
+    init = "def __init__(self, cols):\n    super().__init__()\n    self.norm = nn.LayerNorm(cols)\n"
+    return OpGraph(
+        "row", tensors, ops, ["y"], forward_args=["x"], init_source=init,
+        rows={"narrow": 7, "wide": 3}, cols={"narrow": 80, "wide": 1300}, description="layer norm",
+    )  # fmt: skip
+
+
+def rowmix_graph() -> OpGraph:
+    tensors = [
+        TensorArg("x", "input:0", "full"),
+        TensorArg("r", "input:1", "row"),
+        TensorArg("w", "param:w", "col"),
+        TensorArg("s", "param:s", "scalar"),
+    ]
+    ops = [
+        Op("lo", "amin", ("x",)), Op("hi", "amax", ("x",)), Op("ra", "abs", ("r",)),
+        Op("d1", "sub", ("hi", "lo")), Op("d2", "add", ("d1", "ra")), Op("d3", "add", ("d2", 1.0)),
+        Op("n", "sub", ("x", "lo")), Op("t0", "div", ("n", "d3")), Op("t1", "mul", ("t0", "w")),
+        Op("t", "add", ("t1", "s")), Op("tt", "mul", ("t", "t")), Op("m2", "mean", ("tt",)),
+        Op("m3", "add", ("m2", 1e-5)), Op("rs", "rsqrt", ("m3",)), Op("y", "mul", ("t", "rs")),
+    ]  # fmt: skip
+    init = """
+    def __init__(self, cols):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(cols))
+        self.s = nn.Parameter(torch.tensor(0.25))
+    """
+    return OpGraph(
+        "row", tensors, ops, ["y", "t"], forward_args=["x", "r"], init_source=init,
+        rows={"narrow": 6, "wide": 3}, cols={"narrow": 90, "wide": 1200},
+    )  # fmt: skip
+
+
+def outer_graph() -> OpGraph:
+    tensors = [TensorArg("r", "input:0", "row"), TensorArg("c", "input:1", "col")]
+    ops = [Op("a", "add", ("r", "c")), Op("y", "sigmoid", ("a",))]
+    return OpGraph("elementwise", tensors, ops, ["y"], forward_args=["r", "c"], rows={"t": 7}, cols={"t": 45})
+
+
+def linear_gelu_graph() -> OpGraph:
+    tensors = [
+        TensorArg("x", "input:0", "full"),
+        TensorArg("fc_weight", "param:fc.weight", "full"),
+        TensorArg("fc_bias", "param:fc.bias", "col"),
+    ]
+    init = """
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.fc = nn.Linear(n_in, n_out)
+    """
+    return OpGraph(
+        "gemm", tensors, [Op("y", "gelu", ("acc",))], ["y"],
+        gemm=GemmInfo("x", "fc_weight", "nk", bias="fc_bias"), forward_args=["x"], init_source=init,
+        rows={"tiny": 10}, cols={"tiny": 24}, inner={"tiny": 40}, batch={"tiny": 1},
+    )  # fmt: skip
+
+
+def bmm_graph() -> OpGraph:
+    tensors = [TensorArg(n, f"input:{i}", "full") for i, n in enumerate("abc")]
+    ops = [Op("r", "relu", ("acc",)), Op("h", "mul", ("r", 0.5)), Op("y", "add", ("h", "c"))]
+    return OpGraph(
+        "gemm", tensors, ops, ["y"], gemm=GemmInfo("a", "b", "kn", batched=True), forward_args=["a", "b", "c"],
+        rows={"tiny": 60}, cols={"tiny": 18}, inner={"tiny": 24}, batch={"tiny": 3},
+    )  # fmt: skip
+
+
+def scores_graph() -> OpGraph:
+    tensors = [TensorArg("q", "input:0", "full"), TensorArg("k", "input:1", "full")]
+    return OpGraph(
+        "gemm", tensors, [Op("y", "mul", ("acc", 0.125))], ["y"], gemm=GemmInfo("q", "k", "nk", batched=True),
+        forward_args=["q", "k"], rows={"tiny": 68}, cols={"tiny": 17}, inner={"tiny": 32}, batch={"tiny": 4},
+    )  # fmt: skip
+
+
+# -- cases: (graph, template, config, precision) x spec shape --------------------------------------
+
+
+@dataclass
+class Case:
+    id: str
+    spec: str
+    graph: OpGraph
+    params: dict[str, int] = field(default_factory=dict)
+    template: str | None = None
+    config: dict[str, Any] | None = None
+    precision: str = "strict_fp32"
+    tol: float = 1e-5  # rtol and atol
+
+
+def _cases() -> list[Case]:
+    ew, ops, bf = elementwise_graph(), ops_graph(), gelu_bf16_graph()
+    sm, rms, ln = softmax_graph(), rmsnorm_graph(), layernorm_graph()
+    lin, bmm, sc = linear_gelu_graph(), bmm_graph(), scores_graph()
+    narrow_sm, wide_sm = {"batch": 2, "rows": 5, "cols": 100}, {"batch": 1, "rows": 3, "cols": 1500}
+    cases = [
+        Case("ops-default", "tg_ops.py", ops),
+        Case("ops-persistent", "tg_ops.py", ops, template="triton-elementwise-persistent"),
+        Case("ew-default", "tg_elementwise.py", ew),
+        Case("ew-iters", "tg_elementwise.py", ew, config={"BLOCK": 256, "ITERS": 4, "num_warps": 2}),
+        Case("ew-persistent", "tg_elementwise.py", ew, template="triton-elementwise-persistent",
+             config={"BLOCK": 256, "WAVES": 1}),
+        Case("ew-2d", "tg_elementwise.py", ew, template="triton-elementwise-2d"),
+        Case(
+            "ew-2d-tiles",
+            "tg_elementwise.py",
+            ew,
+            template="triton-elementwise-2d",
+            config={"BLOCK_R": 4, "BLOCK_C": 32, "num_warps": 2},
+        ),
+        Case("ew-bf16", "tg_gelu_bf16.py", bf, config={"BLOCK": 512}, precision="low", tol=2e-2),
+    ]  # fmt: skip
+    for name, spec, g, narrow, wide in [
+        ("softmax", "tg_softmax.py", sm, narrow_sm, wide_sm),
+        ("rmsnorm", "tg_rmsnorm.py", rms, {"rows": 9, "cols": 96}, {"rows": 3, "cols": 1100}),
+        ("layernorm", "tg_layernorm.py", ln, {"rows": 7, "cols": 80}, {"rows": 3, "cols": 1300}),
+    ]:
+        cases += [
+            Case(f"{name}-default", spec, g, narrow),
+            Case(f"{name}-rows4", spec, g, narrow, config={"ROWS": 4, "num_warps": 2}),
+            Case(f"{name}-rows32-wide", spec, g, wide, config={"ROWS": 32, "num_warps": 8}),
+            Case(f"{name}-looped", spec, g, narrow, template="triton-row-looped"),
+            Case(f"{name}-looped-chunks", spec, g, wide, template="triton-row-looped",
+                 config={"CHUNK": 512, "ROWS": 2, "num_warps": 4}),
+        ]  # fmt: skip
+    mix, wide_mix = rowmix_graph(), {"rows": 3, "cols": 1200}
+    cases += [
+        Case("rowmix-default", "tg_rowmix.py", mix),
+        Case("rowmix-looped", "tg_rowmix.py", mix, template="triton-row-looped"),
+        Case("rowmix-looped-chunks", "tg_rowmix.py", mix, wide_mix, "triton-row-looped", {"CHUNK": 512}),
+        Case("outer-default", "tg_outer.py", outer_graph()),
+        Case("outer-2d", "tg_outer.py", outer_graph(), template="triton-elementwise-2d"),
+        Case("linear-default", "tg_linear_gelu.py", lin),
+        Case("linear-tiles", "tg_linear_gelu.py", lin, config={"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1}),
+        Case("linear-tf32x3", "tg_linear_gelu.py", lin, config={"BLOCK_K": 64, "GROUP_M": 4, "DOT": "tf32x3"}),
+        Case("linear-tf32", "tg_linear_gelu.py", lin, precision="tf32"),
+        Case("linear-low", "tg_linear_gelu.py", lin, precision="low", config={"DOT": "tf32"}),
+        Case("bmm-default", "tg_bmm.py", bmm),
+        Case("bmm-tiles", "tg_bmm.py", bmm, config={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4}),
+        Case("bmm-wide", "tg_bmm.py", bmm, config={"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 64}),
+        Case("scores-default", "tg_scores.py", sc),
+        Case("scores-tiles", "tg_scores.py", sc, config={"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 1}),
+        Case("scores-even-k", "tg_scores.py", sc, config={"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 32}),
+    ]  # fmt: skip
+    return cases
+
+
+CASES = _cases()
+
+
+def _generate(case: Case) -> str:
+    return generate(case.graph, case.config, case.precision, case.template).source
+
+
+_RUNNER = r"""
+import importlib.util, inspect, json, sys
+import torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+def call(fn, params):
+    names = inspect.signature(fn).parameters
+    return fn(**{k: v for k, v in params.items() if k in names})
+
+results = {}
+for i, case in enumerate(json.load(open(sys.argv[1]))):
+    try:
+        ref_mod = load(case["spec"], f"tg_spec_{i}")
+        cand = load(case["candidate"], f"tg_cand_{i}")
+        torch.manual_seed(0)
+        init = call(getattr(ref_mod, "get_init_inputs", lambda: []), case["params"])
+        ref = ref_mod.Model(*init)
+        with torch.no_grad():
+            for p in ref.parameters():  # away from ones and zeros, so a skipped weight shows
+                p.add_(torch.randn_like(p) * 0.5)
+        new = cand.ModelNew(*init)
+        new.load_state_dict(ref.state_dict())
+        inputs = call(ref_mod.get_inputs, case["params"])
+        with torch.no_grad():
+            want, got = ref(*inputs), new(*inputs)
+        want = want if isinstance(want, tuple) else (want,)
+        got = got if isinstance(got, tuple) else (got,)
+        assert len(got) == len(want), f"{len(got)} outputs, expected {len(want)}"
+        for j, (g, w) in enumerate(zip(got, want)):
+            assert g.shape == w.shape and g.dtype == w.dtype, f"output {j}: {g.shape} {g.dtype} vs {w.shape} {w.dtype}"
+            torch.testing.assert_close(g, w, rtol=case["tol"], atol=case["tol"], msg=lambda m, j=j: f"output {j}: {m}")
+        results[case["id"]] = "ok"
+    except Exception as exc:
+        results[case["id"]] = f"{type(exc).__name__}: {exc}"
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Every case generated, written and run under the Triton interpreter in one subprocess."""
+    tmp = tmp_path_factory.mktemp("triton-codegen")
+    manifest = []
+    for i, case in enumerate(CASES):
+        path = tmp / f"cand_{i}.py"
+        path.write_text(_generate(case))
+        manifest.append(
+            {
+                "id": case.id,
+                "spec": str(SPECS / case.spec),
+                "candidate": str(path),
+                "params": case.params,
+                "tol": case.tol,
+            }
+        )
+    (tmp / "cases.json").write_text(json.dumps(manifest))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNNER, str(tmp / "cases.json"), str(tmp / "results.json")],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((tmp / "results.json").read_text())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_generated_kernel_matches_reference_under_interpreter(
+    case: Case, interpreted: dict[str, str]
+) -> None:
+    assert interpreted[case.id] == "ok", interpreted[case.id]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_generated_source_passes_guards(case: Case) -> None:
+    report = check_source(_generate(case), accepted_kinds=("triton",), platform="cuda")
+    assert report.ok, (report.syntax_error, report.violations)
+    assert report.kinds == {"triton"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_tunables_are_declared_and_rewritable(case: Case) -> None:
+    gen = generate(case.graph, case.config, case.precision, case.template)
+    declared = tunables.read(gen.source)
+    assert declared == (gen.tunables, gen.config)
+    assert all(gen.config[k] == v for k, v in (case.config or {}).items())
+    other = {k: choices[0] for k, choices in gen.tunables.items()}
+    rewritten = tunables.write(gen.source, other)
+    assert tunables.read(rewritten) == (gen.tunables, other)
+    assert rewritten.replace(tunables.format_config(other), tunables.format_config(gen.config)) == gen.source
+
+
+# -- templates, defaults and errors -----------------------------------------------------------------
+
+
+def test_variants_per_pattern_default_first() -> None:
+    assert variants(elementwise_graph()) == [
+        "triton-elementwise",
+        "triton-elementwise-persistent",
+        "triton-elementwise-2d",
+    ]
+    assert variants(ops_graph()) == ["triton-elementwise", "triton-elementwise-persistent"]
+    assert variants(softmax_graph()) == ["triton-row", "triton-row-looped"]
+    long_rows = softmax_graph()
+    long_rows.cols = {"vocab": 131072}
+    assert variants(long_rows)[0] == "triton-row-looped"
+    assert generate(long_rows).template == "triton-row-looped"
+    assert variants(bmm_graph()) == ["triton-gemm"]
+
+
+def test_looped_pass_count_follows_reduction_stages() -> None:
+    """Softmax's max and sum share a pass (online); layer norm needs mean, then variance, then the
+    output: three passes; RMS norm two."""
+
+    def loops(g: OpGraph) -> int:
+        return generate(g, template="triton-row-looped").source.count("for i in range(NCHUNK):")
+
+    assert loops(softmax_graph()) == 2
+    assert loops(layernorm_graph()) == 3
+    assert loops(rmsnorm_graph()) == 2
+    assert loops(rowmix_graph()) == 3  # amin and amax together, then the mean, then the outputs
+
+
+def test_defaults_follow_shapes_and_precision() -> None:
+    assert generate(softmax_graph()).config == {"ROWS": "auto", "num_warps": "auto"}
+    long_rows = softmax_graph()
+    long_rows.cols = {"s": 65536}
+    assert generate(long_rows).config == {"CHUNK": 4096, "ROWS": 1, "num_warps": 8}
+    big = bmm_graph()
+    big.rows, big.cols, big.batch = {"s": 8 * 4096}, {"s": 4096}, {"s": 8}
+    cfg = generate(big).config
+    assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["DOT"]) == (128, 128, "ieee")
+    assert generate(big, precision="tf32").config["DOT"] == "tf32"
+    assert generate(big, precision="low").config["DOT"] == "bf16"
+    src = generate(linear_gelu_graph()).source
+    assert "input_precision=DOT" in src and "fc_weight" in src
+
+
+def test_half_inputs_take_the_native_dot() -> None:
+    g = linear_gelu_graph()
+    g.tensors = [TensorArg(t.name, t.source, t.layout, "bfloat16") for t in g.tensors]
+    g.dtype = "bfloat16"
+    gen = generate(g, precision="strict_fp32")
+    assert gen.tunables["DOT"] == ["native"] and gen.config["BLOCK_K"] == 64
+
+
+def test_nk_weight_is_read_through_strides_not_copied() -> None:
+    src = generate(linear_gelu_graph()).source
+    assert "self.fc.weight\n" in src  # no .contiguous(), no transpose: strides swap instead
+    assert "_sbk, _sbn = _b.stride(1), _b.stride(0)" in src
+
+
+def test_bad_config_and_template_are_refused() -> None:
+    with pytest.raises(TunablesError, match="not one of"):
+        generate(softmax_graph(), {"ROWS": 3})
+    with pytest.raises(TunablesError, match="no tunable"):
+        generate(softmax_graph(), {"BLOCK": 1024})
+    with pytest.raises(CodegenError, match="does not apply"):
+        generate(softmax_graph(), template="triton-gemm")
+    with pytest.raises(CodegenError, match="precision"):
+        generate(softmax_graph(), precision="fp8")
+
+
+def test_unsupported_graphs_are_refused() -> None:
+    g = elementwise_graph()
+    g.ops = [*g.ops, Op("q", "sum", ("x",))]
+    g.outputs = ["q"]
+    with pytest.raises(CodegenError, match="only `row` graphs reduce"):
+        generate(g)
+    g = softmax_graph()
+    g.dtype = "float64"
+    with pytest.raises(CodegenError, match="float64"):
+        generate(g)
+    g = softmax_graph()
+    g.ops = [*g.ops, Op("q", "cumsum", ("x",))]
+    with pytest.raises(CodegenError, match="cumsum"):
+        generate(g)
+
+
+def test_module_without_init_source_gets_a_plain_constructor() -> None:
+    src = generate(softmax_graph()).source
+    assert "    def __init__(self):\n        super().__init__()\n" in src
+    assert "    def forward(self, x):\n" in src
+
+
+# -- GPU --------------------------------------------------------------------------------------------
+
+
+def _import_generated(path: Path, source: str) -> Any:
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("template", ["triton-row", "triton-row-looped"])
+def test_row_softmax_on_cuda(template: str, tmp_path: Path) -> None:
+    import torch
+
+    g = softmax_graph()
+    g.rows, g.cols = {"decode": 256, "wide": 1024}, {"decode": 1024, "wide": 8192}
+    mod = _import_generated(tmp_path / "softmax_gen.py", generate(g, template=template).source)
+    model = mod.ModelNew().cuda()
+    shapes = [(256, 1024), (1024, 8192), (37, 1000), (8192, 4096)]
+    if template == "triton-row-looped":
+        shapes += [(4, 40000), (64, 131072)]
+    for rows, cols in shapes:
+        x = torch.randn(rows, cols, device="cuda") * 3
+        y, z = model(x)
+        torch.testing.assert_close(y, torch.softmax(x, -1), rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(z, torch.log_softmax(x, -1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "template", ["triton-elementwise", "triton-elementwise-persistent", "triton-elementwise-2d"]
+)
+def test_elementwise_on_cuda(template: str, tmp_path: Path) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    g = elementwise_graph()
+    g.rows, g.cols = {"big": 8192}, {"big": 4096}
+    mod = _import_generated(tmp_path / "ew_gen.py", generate(g, template=template).source)
+    model = mod.ModelNew(4096).cuda()
+    x, r = torch.randn(4, 2048, 4096, device="cuda"), torch.randn(4, 2048, 1, device="cuda")
+    h = x * model.scale + r
+    y, t2 = model(x, r)
+    want = torch.clamp(F.gelu(h, approximate="tanh"), -1.0, 2.0) * torch.sigmoid(x) + model.shift * 2.0
+    torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(t2, torch.tanh(h) ** 2, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("precision", "config", "dtype"),
+    [
+        ("strict_fp32", {}, "float32"),
+        ("strict_fp32", {"DOT": "tf32x3"}, "float32"),
+        ("low", {}, "float32"),
+        ("strict_fp32", {}, "bfloat16"),
+    ],
+)
+def test_linear_gelu_on_cuda(precision: str, config: dict[str, Any], dtype: str, tmp_path: Path) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    g = linear_gelu_graph()
+    g.tensors = [TensorArg(t.name, t.source, t.layout, dtype) for t in g.tensors]
+    g.dtype = dtype
+    g.rows, g.cols, g.inner = {"s": 2048}, {"s": 3072}, {"s": 1024}
+    mod = _import_generated(tmp_path / "lin_gen.py", generate(g, config, precision).source)
+    model = mod.ModelNew(1024, 3072).cuda().to(getattr(torch, dtype))
+    for shape in [(4, 512, 1024), (3, 37, 1024), (1000, 1024)]:
+        x = torch.randn(*shape, device="cuda", dtype=getattr(torch, dtype))
+        y = model(x)
+        want = F.gelu(x.double() @ model.fc.weight.double().t() + model.fc.bias.double())
+        rel = ((y.double() - want).norm() / want.norm()).item()
+        limit = 5e-5 if precision == "strict_fp32" and dtype == "float32" else 1.6e-2
+        assert y.shape == want.shape and y.dtype == x.dtype and rel < limit, (shape, rel)
+
+
+def test_generated_file_is_readable() -> None:
+    """The file is meant to be read (and edited) by people and LLMs: a docstring, the imports, then
+    the knobs, then the kernels and the module."""
+    src = generate(elementwise_graph()).source
+    head = textwrap.dedent(src).splitlines()
+    assert head[0].startswith('"""scaled gelu_tanh')
+    assert src.index("TUNABLES = ") < src.index("@triton.jit") < src.index("class ModelNew")
+    assert "_tanh" in src and "def _tanh(x)" in src
