@@ -1,0 +1,366 @@
+"""The chat interface every provider speaks, its errors, retries, and the run-wide token meter.
+
+One small common format (`Message`, `ToolSpec`, `ToolCall`, `Reply`) that the universal operator
+writes against; each provider maps it to and from its own API. A provider's `complete` either returns
+a `Reply` or raises `ProviderError` with a `kind` the operator can act on (retryable kinds are retried
+here, with exponential backoff and jitter, before anyone sees them).
+
+`Meter` is the run's accounting: tokens and US dollars over every call of every synthesizer in the
+run, under optional caps. It is shared between threads, so every update takes its lock. A model
+missing from the price table costs 0 and is named in `unpriced`: a run on a local server must not
+crash for want of a price, and a report must not pretend that such a run was free.
+
+Secrets: API keys live inside the SDK clients. Nothing here formats a key; `scrub` removes a key (and
+anything shaped like one) from text that came back from a server before it goes into an error.
+
+Deliberately not here: streaming, images, prompt caching controls, async clients.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+
+from kernelevolve.errors import KernelevolveError
+from kernelevolve.synth.providers.pricing import Price, lookup
+
+log = logging.getLogger("kernelevolve.providers")
+
+Role = Literal["system", "user", "assistant", "tool"]
+StopReason = Literal["end", "tool_use", "max_tokens", "other"]
+ErrorKind = Literal["timeout", "rate_limit", "auth", "bad_request", "server", "malformed", "config"]
+RETRYABLE: frozenset[str] = frozenset({"timeout", "rate_limit", "server"})
+
+
+@dataclass
+class ToolCall:
+    """A model's request to run one tool. `id` pairs it with its result."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class Message:
+    """One turn. An assistant turn may carry tool calls; a `tool` turn answers one call by id."""
+
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None  # the tool's name, on a `tool` turn
+    is_error: bool = False  # a `tool` turn that reports a failure
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        return cls("system", text)
+
+    @classmethod
+    def user(cls, text: str) -> Message:
+        return cls("user", text)
+
+    @classmethod
+    def tool_result(cls, call: ToolCall, text: str, is_error: bool = False) -> Message:
+        return cls("tool", text, tool_call_id=call.id, name=call.name, is_error=is_error)
+
+
+@dataclass
+class ToolSpec:
+    """A tool the model may call: `parameters` is a JSON schema of an object."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass
+class Usage:
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.tokens_in + other.tokens_in, self.tokens_out + other.tokens_out)
+
+
+@dataclass
+class Reply:
+    """What a model answered. `stop_reason` is normalized; `raw_stop_reason` is the API's word."""
+
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: StopReason = "end"
+    raw_stop_reason: str | None = None
+    model: str = ""  # the model id the server says answered
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model behind some provider. `name` is "provider:model", as the user wrote it."""
+
+    name: str
+    supports_tools: bool
+    context_tokens: int
+
+    def complete(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, max_tokens: int = 4096
+    ) -> Reply: ...
+
+
+class ProviderError(KernelevolveError):
+    """A call to a provider failed. `kind` says how; `retry_after` (seconds) is the server's wish."""
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        hint: str | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ):
+        super().__init__(message, hint)
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+
+    def __repr__(self) -> str:
+        return f"ProviderError(kind={self.kind!r}, status={self.status!r}, message={self.message!r})"
+
+
+# --- secrets -----------------------------------------------------------------------------------------
+
+# Key-shaped tokens: OpenAI (sk-..., sk-proj-...), Anthropic (sk-ant-...), also partly masked echoes.
+_KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{6,}|key-[A-Za-z0-9_\-]{16,})")
+
+
+def scrub(text: str, *secrets: str | None) -> str:
+    """`text` with every secret, and every key-shaped token, replaced by '***'."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return _KEYLIKE.sub("***", text)
+
+
+# --- retries -----------------------------------------------------------------------------------------
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `retry-after` (seconds or an HTTP date), if present."""
+    if not headers:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000.0)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def backoff_delay(
+    attempt: int,
+    retry_after: float | None,
+    base_s: float = 1.0,
+    max_s: float = 60.0,
+    rng: Callable[[], float] = random.random,
+) -> float:
+    """Seconds before retry number `attempt + 1`: the server's retry-after if it sent one (a little
+    jitter added, so that many workers do not come back at the same instant), else base * 2^attempt
+    with equal jitter; never more than `max_s`."""
+    if retry_after is not None:
+        return min(max_s, retry_after * (1.0 + 0.1 * rng()))
+    ceiling = min(max_s, base_s * (2.0**attempt))
+    return ceiling / 2.0 + rng() * ceiling / 2.0
+
+
+T = TypeVar("T")
+
+
+def with_retries(
+    call: Callable[[], T],
+    *,
+    what: str,
+    max_retries: int,
+    sleep: Callable[[float], None] = time.sleep,
+    base_s: float = 1.0,
+    max_s: float = 60.0,
+) -> T:
+    """`call()`, retried on retryable `ProviderError`s up to `max_retries` times."""
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except ProviderError as exc:
+            if exc.kind not in RETRYABLE or attempt >= max_retries:
+                raise
+            delay = backoff_delay(attempt, exc.retry_after, base_s, max_s)
+            attempt += 1
+            # exc.message names the model already; `what` is for callers whose errors do not
+            log.warning(
+                "%s [%s, %s]; retry %d of %d in %.1f s",
+                exc.message,
+                what,
+                exc.kind,
+                attempt,
+                max_retries,
+                delay,
+            )
+            sleep(delay)
+
+
+def kind_for_status(status: int) -> ErrorKind:
+    if status == 429:
+        return "rate_limit"
+    if status in (401, 403):
+        return "auth"
+    if status == 408:
+        return "timeout"
+    if status >= 500:  # includes Anthropic's 529 "overloaded"
+        return "server"
+    return "bad_request"
+
+
+# --- accounting --------------------------------------------------------------------------------------
+
+
+class Meter:
+    """Run-wide token and USD accounting with optional caps. Thread-safe.
+
+    `charge` records a call's usage and returns its cost; `exceeded()` says which cap is reached (None
+    while under both). Caps are checked before a call, so one call may overshoot a cap by its own size:
+    the operator bounds that with its reply's `max_tokens`. `preload` adds what a resumed run had
+    already spent. `prices` default to the table with the user's overrides (`pricing.load_prices`,
+    read from `workspace` when given).
+    """
+
+    def __init__(
+        self,
+        max_usd: float | None = None,
+        max_tokens: int | None = None,
+        prices: Mapping[str, Price] | None = None,
+        workspace: str | Path | None = None,
+    ):
+        if prices is None:
+            from kernelevolve.synth.providers.pricing import load_prices
+
+            prices = load_prices(workspace)
+        self.max_usd = max_usd
+        self.max_tokens = max_tokens
+        self.prices = dict(prices)
+        self._lock = threading.Lock()
+        self._usd = 0.0
+        self._in = 0
+        self._out = 0
+        self._prior_tokens = 0
+        self._calls = 0
+        self._unpriced: set[str] = set()
+
+    def preload(self, tokens: int = 0, usd: float = 0.0) -> None:
+        """Count what earlier sessions of the same run spent (a resumed run keeps its caps)."""
+        with self._lock:
+            self._prior_tokens += int(tokens)
+            self._usd += float(usd)
+
+    def price_of(self, model: str) -> Price | None:
+        return lookup(self.prices, model)
+
+    def charge(self, model: str, usage: Usage) -> float:
+        price = self.price_of(model)
+        cost = 0.0
+        if price is not None:
+            cost = (usage.tokens_in * price.input + usage.tokens_out * price.output) / 1e6
+        with self._lock:
+            self._calls += 1
+            self._in += usage.tokens_in
+            self._out += usage.tokens_out
+            self._usd += cost
+            if price is None and model not in self._unpriced:
+                self._unpriced.add(model)
+                log.warning("no price for %s: its calls are counted as $0 (add it to prices.toml)", model)
+        return cost
+
+    def exceeded(self) -> str | None:
+        """Which cap is reached ("spent $X of the $Y cap"), or None while under both."""
+        with self._lock:
+            if self.max_usd is not None and self._usd >= self.max_usd:
+                return f"spent ${self._usd:.4f} of the ${self.max_usd:.2f} cap"
+            total = self._prior_tokens + self._in + self._out
+            if self.max_tokens is not None and total >= self.max_tokens:
+                return f"used {total} tokens of the {self.max_tokens}-token cap"
+        return None
+
+    @property
+    def usd(self) -> float:
+        with self._lock:
+            return self._usd
+
+    @property
+    def tokens_in(self) -> int:
+        with self._lock:
+            return self._in
+
+    @property
+    def tokens_out(self) -> int:
+        with self._lock:
+            return self._out
+
+    @property
+    def calls(self) -> int:
+        with self._lock:
+            return self._calls
+
+    @property
+    def unpriced(self) -> list[str]:
+        """Models charged at $0 because the price table does not know them (a warning, not an error)."""
+        with self._lock:
+            return sorted(self._unpriced)
+
+    def summary(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "calls": self._calls,
+                "tokens_in": self._in,
+                "tokens_out": self._out,
+                "tokens_prior": self._prior_tokens,
+                "usd": round(self._usd, 6),
+                "max_usd": self.max_usd,
+                "max_tokens": self.max_tokens,
+                "unpriced": sorted(self._unpriced),
+            }
+
+
+__all__ = [
+    "RETRYABLE",
+    "ChatModel",
+    "ErrorKind",
+    "Message",
+    "Meter",
+    "ProviderError",
+    "Reply",
+    "Role",
+    "StopReason",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "backoff_delay",
+    "kind_for_status",
+    "parse_retry_after",
+    "scrub",
+    "with_retries",
+]
