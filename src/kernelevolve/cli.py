@@ -397,5 +397,13 @@ def main() -> None:
     app()
 
 
+# The search commands (optimize, resume, runs, show, tune) live in their own module.
+from kernelevolve import cli_search  # noqa: E402, F401, I001
+
+
 if __name__ == "__main__":
-    main()
+    # `python -m kernelevolve.cli`: the search commands registered on `kernelevolve.cli`'s app, which
+    # is not this `__main__` module's.
+    from kernelevolve.cli import main as registered_main
+
+    registered_main()

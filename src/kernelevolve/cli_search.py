@@ -1,0 +1,572 @@
+"""The search commands: optimize, resume, runs, show, tune. Registered on `cli.app` (see cli.py).
+
+Progress goes to stderr, one line per event; `--json` prints one summary object on stdout. Exit
+codes: 0 the run ended with a correct kernel, 1 it ended without one, 2 bad input, 3 the harness
+failed. Ctrl-C stops a run cleanly (exit 130); `kernelevolve resume RUN` continues it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from kernelevolve.cli import JsonOpt, PlatformOpt, WorkspaceOpt, _fail, _fmt_x, _settings, app, err, out
+from kernelevolve.errors import KernelevolveError
+
+BudgetOpt = Annotated[int | None, typer.Option("--budget", "-n", help="Candidates to evaluate (default 50).")]
+PolicyOpt = Annotated[
+    str, typer.Option(help="Selection policy: uct | greedy | evolutionary (see docs/search.md).")
+]
+
+
+def _search_progress() -> Any:
+    def on_event(event: str, data: dict[str, Any]) -> None:
+        if event == "run":
+            shape = f" (shape {data['shape']})" if data.get("shape") else ""
+            err.print(f"[bold]run {data['run_id']}[/]{escape(shape)}")
+        elif event == "resume":
+            err.print(f"[dim]resuming: {len(data['pending'])} node(s) were in flight: {data['pending']}[/]")
+        elif event == "synthesize":
+            parents = ", ".join(map(str, data["parents"])) or "none"
+            err.print(f"[dim]node {data['node']}: {data['mode']} (parents: {parents})[/]")
+        elif event == "failed":
+            colour = "yellow" if data["status"] == "exhausted" else "red"
+            err.print(
+                f"[{colour}]node {data['node']}: no candidate ({data['status']}): {escape(data['error'][:300])}[/]"
+            )
+        elif event == "evaluated":
+            v, best = data["verdict"], data["best"] or {}
+            colour = "green" if v.ok else "red"
+            what = (
+                f"{_fmt_x(v.speedup_vs_eager)} vs eager, {_fmt_x(v.speedup_vs_compile)} vs compile"
+                if v.ok
+                else escape(v.message[:200])
+            )
+            star = " [bold]new best[/]" if data.get("new_best") else ""
+            best_txt = (
+                f"best node {best['node']}: {_fmt_x(best.get('fitness'))}"
+                if best.get("node")
+                else "no correct kernel yet"
+            )
+            err.print(
+                f"[{colour}]node {data['node']}: {v.status}[/] {what}{star}  "
+                f"[dim]({best_txt}; {best.get('spent', 0)}/{best.get('budget', 0)} candidates)[/]"
+            )
+        elif event == "stop":
+            err.print(f"[bold]stopping:[/] {escape(data['reason'])}")
+        elif event == "remeasure":
+            err.print(f"[dim]re-measuring node {data['node']} in a fresh worker[/]")
+
+    return on_event
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    b = summary.get("baseline", "compile")
+    if summary.get("best_node") is None:
+        out.print(
+            f"[red]run {summary['run_id']}: no correct kernel found[/] ({escape(summary['stop_reason'])})"
+        )
+    else:
+        out.print(
+            f"[bold]run {summary['run_id']}[/]: best node {summary['best_node']}, "
+            f"{_fmt_x(summary.get('best_speedup_vs_eager'))} vs eager, "
+            f"{_fmt_x(summary.get('best_speedup_vs_compile'))} vs compile (re-measured; fitness vs {b})"
+        )
+        if summary.get("final_status") and summary["final_status"] != "ok":
+            out.print(
+                f"[yellow]the re-measurement was not ok: {escape(str(summary.get('final_message')))}[/]"
+            )
+    if summary.get("shapes"):
+        t = Table(show_header=True, box=None, padding=(0, 2))
+        for col in (
+            "shape",
+            "weight",
+            "correct",
+            "time",
+            "eager",
+            "compile",
+            "vs eager",
+            "vs compile",
+            "roofline",
+            "export",
+        ):
+            t.add_column(col)
+        for s in summary["shapes"]:
+            t.add_row(
+                s["shape"], f"{s['weight']:.2f}", "yes" if s["correct"] else "no", _us(s["time_us"]),
+                _us(s["eager_us"]), _us(s["compile_us"]), _fmt_x(s["speedup_vs_eager"]),
+                _fmt_x(s["speedup_vs_compile"]),
+                "-" if s["roofline_fraction"] is None else f"{s['roofline_fraction']:.0%}", s["dispatch"],
+            )  # fmt: skip
+        out.print(t)
+    for flag in summary.get("flags") or []:
+        out.print(f"[yellow]flag: {escape(flag)}[/]")
+    out.print(
+        f"{summary['nodes_evaluated']} evaluated ({summary['nodes_ok']} correct) in {summary['wall_s']:.0f} s; "
+        f"{summary['tokens_in'] + summary['tokens_out']} tokens, ${summary['cost_usd']:.2f}; "
+        f"stopped: {escape(summary['stop_reason'])}"
+    )
+    if summary.get("best_candidate"):
+        out.print(f"best kernel: {escape(summary['best_candidate'])}")
+    if summary.get("export"):
+        out.print(f"export (per-shape dispatch, reference fallback): {escape(summary['export'])}")
+    for kind, path in (summary.get("report") or {}).items():
+        out.print(f"report ({kind}): {escape(path)}")
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} us"
+
+
+def _emit(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        slim = {k: v for k, v in summary.items() if k != "final"}
+        sys.stdout.write(json.dumps(slim, indent=2, default=str) + "\n")
+    else:
+        _print_summary(summary)
+    raise typer.Exit(0 if summary.get("best_node") is not None else 1)
+
+
+def _limits(budget: int | None, wall: float | None, max_tokens: int | None, max_usd: float | None,
+            patience: int | None, target: float | None) -> Any:  # fmt: skip
+    from kernelevolve.search.limits import Limits
+
+    return Limits(
+        budget=budget or 50,
+        wall_s=wall,
+        max_tokens=max_tokens,
+        max_usd=max_usd,
+        patience=patience,
+        target=target,
+    ).validate()
+
+
+@app.command()
+def optimize(
+    spec: Annotated[Path, typer.Argument(help="The spec: a KernelBench-format .py file.")],
+    llm: Annotated[
+        str | None,
+        typer.Option(
+            help="PROVIDER:MODEL (openai:gpt-4.1, anthropic:claude-sonnet-4-5). Default: the offline tuner."
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="An OpenAI-compatible server (vLLM, SGLang, Ollama): http://host:8000/v1."),
+    ] = None,
+    budget: BudgetOpt = None,
+    wall: Annotated[float | None, typer.Option("--wall", help="Wall-clock budget in seconds.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Token budget (prompt + completion).")] = None,
+    max_usd: Annotated[float | None, typer.Option(help="USD budget, from the price table.")] = None,
+    patience: Annotated[
+        int | None, typer.Option(help="Stop after this many candidates without a new best.")
+    ] = None,
+    target: Annotated[float | None, typer.Option(help="Stop once the best speedup reaches this.")] = None,
+    policy: PolicyOpt = "uct",
+    draft: Annotated[int, typer.Option(help="Independent samples before feedback-driven expansion.")] = 4,
+    schedule: Annotated[
+        str, typer.Option(help="Memory modes cycled per expansion (inherit, compare, combine, fresh).")
+    ] = "inherit,compare,combine",
+    parallel: Annotated[int, typer.Option(help="Expansions in flight (0: auto).")] = 0,
+    single_shot: Annotated[
+        bool, typer.Option(help="A model without tool calling: code in the answer.")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the search's random choices.")] = 0,
+    platform: PlatformOpt = None,
+    device: Annotated[int | None, typer.Option("--device", help="Device index.")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Fitness baseline: compile | eager.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Candidates evaluated at once (0: auto).")] = None,
+    timing_budget: Annotated[float | None, typer.Option(help="Seconds of timing per shape.")] = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search for a faster kernel for SPEC; write the best kernel, a per-shape dispatch module and a report.
+
+    \b
+    Examples:
+      kernelevolve optimize examples/softmax/spec.py                      # offline tuner, this machine's device
+      kernelevolve optimize SPEC --platform cpu --budget 20 --json
+      kernelevolve optimize SPEC --llm openai:gpt-4.1 --budget 100
+      kernelevolve optimize SPEC --llm openai:qwen3-coder --base-url http://localhost:8000/v1
+      kernelevolve optimize SPEC --llm anthropic:claude-sonnet-4-5 --max-usd 20
+    """
+    from kernelevolve import optimize as jobs
+    from kernelevolve.search.policies import SearchConfig
+    from kernelevolve.synth import SynthConfig
+
+    try:
+        settings = _settings(
+            workspace, platform=platform, device=device, fitness_baseline=baseline, workers=workers,
+            timing_budget_s=timing_budget,
+        )  # fmt: skip
+        search = SearchConfig(
+            policy=policy, draft=draft, schedule=tuple(m.strip() for m in schedule.split(",") if m.strip()),
+            parallel=parallel, seed=seed,
+        ).validate()  # fmt: skip
+        limits = _limits(budget, wall, max_tokens, max_usd, patience, target)
+        synth = SynthConfig(name=llm or "tuner", base_url=base_url, single_shot=single_shot)
+        summary = jobs.optimize(spec, settings, search, limits, synth, on_event=_search_progress())
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted: the run is stored; continue it with `kernelevolve resume RUN`[/]")
+        raise typer.Exit(130) from None
+    _emit(summary, as_json)
+
+
+@app.command()
+def resume(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
+    budget: BudgetOpt = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Continue a run that was stopped or killed: nothing is lost, nothing is spent twice.
+
+    \b
+    Examples:
+      kernelevolve resume 3f2a9c1e
+      kernelevolve resume 3f2a --budget 80 --json     # and raise its candidate budget
+    """
+    from dataclasses import replace
+
+    from kernelevolve import optimize as jobs
+    from kernelevolve.search.limits import Limits
+    from kernelevolve.store import Workspace
+
+    try:
+        settings = _settings(workspace)
+        limits = None
+        if budget is not None:
+            with Workspace.open(settings.workspace) as ws:
+                limits = replace(Limits(**ws.run(run)["limits"]), budget=budget).validate()
+        err.print(f"[bold]resuming run {escape(run)}[/]")
+        summary = jobs.drive(run, settings.workspace, _search_progress(), limits=limits)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted: the run is stored; continue it with `kernelevolve resume RUN`[/]")
+        raise typer.Exit(130) from None
+    _emit(summary, as_json)
+
+
+@app.command("runs")
+def runs_cmd(workspace: WorkspaceOpt = None, limit: int = 50, as_json: JsonOpt = False) -> None:
+    """List the workspace's runs, newest first.
+
+    \b
+    Example:
+      kernelevolve runs --json
+    """
+    from kernelevolve import optimize as jobs
+
+    try:
+        rows = jobs.runs(_settings(workspace).workspace, limit)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        slim = [{k: v for k, v in r.items() if k != "summary"} | _headline(r) for r in rows]
+        sys.stdout.write(json.dumps({"runs": slim}, indent=2, default=str) + "\n")
+        return
+    t = Table(title="runs")
+    for col in (
+        "run",
+        "created",
+        "spec",
+        "platform",
+        "synthesizer",
+        "policy",
+        "status",
+        "nodes",
+        "best vs eager",
+        "best vs compile",
+    ):
+        t.add_column(col)
+    for r in rows:
+        h = _headline(r)
+        t.add_row(
+            r["run_id"], r["created_at"][:19], Path(r["spec_path"]).parent.name + "/" + Path(r["spec_path"]).name,
+            r["platform"], r["synthesizer"], r["policy"], r["status"], str(sum(r["nodes"].values())),
+            _fmt_x(h["best_speedup_vs_eager"]), _fmt_x(h["best_speedup_vs_compile"]),
+        )  # fmt: skip
+    out.print(t)
+
+
+def _headline(run: dict[str, Any]) -> dict[str, Any]:
+    s = run.get("summary") or {}
+    return {
+        k: s.get(k)
+        for k in ("best_speedup_vs_eager", "best_speedup_vs_compile", "best_candidate", "nodes_evaluated")
+    }
+
+
+@app.command()
+def show(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
+    node: Annotated[
+        int | None, typer.Option(help="Show one node: its verdict, note, prompt and source.")
+    ] = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A run's tree: every node with its mode, parents, verdict and what changed.
+
+    \b
+    Examples:
+      kernelevolve show 3f2a9c1e
+      kernelevolve show 3f2a --node 7
+    """
+    from kernelevolve import optimize as jobs
+    from kernelevolve.search.engine import describe_verdict
+    from kernelevolve.store import Workspace
+
+    try:
+        settings = _settings(workspace)
+        record, nodes = jobs.show(settings.workspace, run)
+        if node is not None:
+            with Workspace.open(settings.workspace) as ws:
+                nodes = [n for n in ws.nodes(record["run_id"], text=True) if n["id"] == node]
+            if not nodes:
+                raise KernelevolveError(f"run {record['run_id']} has no node {node}")
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps({"run": record, "nodes": nodes}, indent=2, default=str) + "\n")
+        return
+    if node is not None:
+        n = nodes[0]
+        out.print(
+            f"[bold]node {n['id']}[/] parent {n['parent']} mode {n['mode']} state {n['state']}: {escape(n['note'])}"
+        )
+        if n.get("verdict"):
+            out.print(escape(describe_verdict(n["verdict"])))
+        elif n.get("message"):
+            out.print(escape(n["message"]))
+        for key in ("prompt", "response", "source"):
+            if n.get(key):
+                out.print(f"[dim]--- {key} ---[/]")
+                out.print(n[key], markup=False, highlight=False)
+        return
+    s = record.get("summary") or {}
+    out.print(
+        f"[bold]run {record['run_id']}[/] {record['status']}: {escape(record['spec_path'])} on {record['platform']}, "
+        f"{record['synthesizer']}, {record['policy']}; best node {record['best_node']}"
+        + (f", {_fmt_x(s.get('best_speedup_vs_eager'))} vs eager" if s else "")
+    )
+    t = Table(show_header=True, box=None, padding=(0, 2))
+    for col in ("node", "parent", "mode", "state", "status", "vs eager", "vs compile", "note"):
+        t.add_column(col)
+    for n in nodes:
+        parent = (
+            "-" if n["parent"] is None else str(n["parent"]) + (f"+{n['parent2']}" if n["parent2"] else "")
+        )
+        t.add_row(
+            str(n["id"]), parent, n["mode"], n["state"], n["status"] or "-", _fmt_x(n["speedup_vs_eager"]),
+            _fmt_x(n["speedup_vs_compile"]), escape((n["note"] or n["message"] or "")[:70]),
+        )  # fmt: skip
+    out.print(t)
+
+
+@app.command()
+def tune(
+    spec: Annotated[Path, typer.Argument(help="The spec: a KernelBench-format .py file.")],
+    kernel: Annotated[Path, typer.Argument(help="Your candidate, declaring TUNABLES and CONFIG.")],
+    budget: Annotated[int, typer.Option("--budget", "-n", help="Configurations to evaluate per shape.")] = 12,
+    policy: PolicyOpt = "greedy",
+    platform: PlatformOpt = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search your own kernel's declared tunables at every shape of the spec; print the best per shape.
+
+    \b
+    The kernel declares its knobs as module-level literals and reads CONFIG:
+      TUNABLES = {"BLOCK": [256, 512, 1024], "num_warps": [2, 4, 8]}
+      CONFIG = {"BLOCK": 512, "num_warps": 4}
+    Example:
+      kernelevolve tune examples/softmax/spec.py my_softmax.py --budget 16
+    """
+    from kernelevolve import optimize as jobs
+    from kernelevolve.search.policies import SearchConfig
+
+    try:
+        settings = _settings(workspace, platform=platform)
+        result = jobs.tune(
+            spec, kernel, settings, SearchConfig(policy=policy).validate(), _limits(budget, None, None, None, None, None),
+            on_event=_search_progress(),
+        )  # fmt: skip
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+        return
+    t = Table(title=f"tuned {Path(result['kernel']).name} for {result['spec']}")
+    for col in ("shape", "best config", "time", "vs eager", "vs compile", "roofline", "evaluated", "run"):
+        t.add_column(col)
+    for r in result["shapes"]:
+        t.add_row(
+            r["shape"], escape(json.dumps(r["config"])) if r["config"] else "-", _us(r["time_us"]),
+            _fmt_x(r["speedup_vs_eager"]), _fmt_x(r["speedup_vs_compile"]),
+            "-" if r["roofline_fraction"] is None else f"{r['roofline_fraction']:.0%}", str(r["nodes_evaluated"]),
+            r["run_id"],
+        )  # fmt: skip
+    out.print(t)
+
+
+agent_app = typer.Typer(
+    help="Be the operator yourself, or let any coding agent be: tasks out, candidates in.",
+    no_args_is_help=True,
+)
+app.add_typer(agent_app, name="agent")
+
+
+@agent_app.command("start")
+def agent_start(
+    spec: Annotated[Path, typer.Argument(help="The spec: a KernelBench-format .py file.")],
+    budget: BudgetOpt = None,
+    policy: PolicyOpt = "uct",
+    platform: PlatformOpt = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a run whose candidates come from an external agent (or you).
+
+    \b
+    Example:
+      kernelevolve agent start examples/softmax/spec.py --budget 10
+      kernelevolve agent next RUN
+    """
+    from kernelevolve import optimize as jobs
+    from kernelevolve.search.policies import SearchConfig
+    from kernelevolve.synth import SynthConfig
+
+    try:
+        settings = _settings(workspace, platform=platform)
+        limits = _limits(budget, None, None, None, None, None)
+        run_id = jobs.start(
+            spec, settings, SearchConfig(policy=policy).validate(), limits, SynthConfig("agent")
+        )
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps({"run_id": run_id}) + "\n")
+    else:
+        out.print(f"run {run_id}; next: kernelevolve agent next {run_id}")
+
+
+@agent_app.command("next")
+def agent_next(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
+    new: Annotated[bool, typer.Option(help="Select another node even if one awaits its submission.")] = False,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the task for the next selected node: the prompt, the files, how to submit.
+
+    \b
+    Example:
+      kernelevolve agent next 3f2a9c1e --json
+    """
+    from kernelevolve.synth import agent
+
+    try:
+        task = agent.next_task(_settings(workspace).workspace, run, new=new)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(task, indent=2) + "\n")
+        return
+    if task["done"]:
+        out.print(f"run {task['run_id']} is done: {escape(task['reason'])}; close it with `{task['finish']}`")
+        return
+    out.print(task["system"], markup=False, highlight=False)
+    out.print(task["prompt"], markup=False, highlight=False)
+    out.print(f"[bold]files:[/] {escape(json.dumps(task['files']))}")
+    out.print(f"[bold]when done:[/] {escape(task['submit'])}")
+
+
+@agent_app.command("submit")
+def agent_submit(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
+    node: Annotated[int, typer.Argument(help="The node the task named.")],
+    file: Annotated[Path, typer.Argument(help="The candidate file.")],
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Evaluate a candidate file for a node; print the verdict.
+
+    \b
+    Example:
+      kernelevolve agent submit 3f2a9c1e 5 candidate.py
+    """
+    from kernelevolve.synth import agent
+
+    try:
+        if not file.is_file():
+            raise KernelevolveError(f"{file}: no such file")
+        result = agent.submit(_settings(workspace).workspace, run, node, file.read_text(errors="replace"))
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+    else:
+        out.print(escape(result["text"]))
+        best = result["best"]
+        out.print(
+            f"best so far: node {best.get('node')} {_fmt_x(best.get('fitness'))}; {best['spent']}/{best['budget']} candidates"
+        )
+        if result["stop_reason"]:
+            out.print(
+                f"the run is done ({escape(result['stop_reason'])}): `kernelevolve agent finish {result['run_id']}`"
+            )
+    raise typer.Exit(0 if result["status"] == "ok" else 1)
+
+
+@agent_app.command("finish")
+def agent_finish(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Close an agent run: re-measure the winners; write the best kernel, export and report."""
+    from kernelevolve.synth import agent
+
+    try:
+        summary = agent.finish(_settings(workspace).workspace, run)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    _emit(summary, as_json)
+
+
+@app.command()
+def mcp(
+    workspace: WorkspaceOpt = None,
+    platform: PlatformOpt = None,
+) -> None:
+    """Serve the agent interface over MCP (stdio): start_run, next_task, lint, submit, search_knowledge, ...
+
+    \b
+    Example (an MCP client's server entry):
+      {"command": "kernelevolve", "args": ["mcp", "--workspace", "/path/to/ws"]}
+    """
+    from kernelevolve.mcp_server import serve
+
+    try:
+        serve(_settings(workspace).workspace.resolve(), platform)
+    except KernelevolveError as exc:
+        _fail(exc)

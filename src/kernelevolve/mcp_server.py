@@ -1,0 +1,166 @@
+"""`kernelevolve mcp`: the external-agent interface as an MCP server (official `mcp` SDK, stdio).
+
+The tools are the functions of `kernelevolve.synth.agent` plus what an agent needs around them:
+
+    start_run(spec, budget, platform, policy)   a new agent-driven run; its id
+    next_task(run_id, new)                      the selected node's task: prompt, files, how to submit
+    read_node(run_id, node)                     a node's kernel, verdict and note
+    lint(run_id, source)                        the static guards on a draft, without running it
+    submit(run_id, node, source)                the harness's verdict on a candidate for that node
+    search_knowledge(query, platform)           knowledge snippets
+    finish_run(run_id)                          re-measure, write the best kernel, export and report
+    list_runs()                                 the workspace's runs
+
+Candidates submitted here are evaluated exactly as any other: in isolated worker processes, never in
+the server's process. The server holds no model keys and needs none. Blocking work runs in threads
+so the server keeps answering while the harness works.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kernelevolve.errors import KernelevolveError
+
+INSTALL_HINT = 'the MCP server needs the `mcp` SDK: pip install "kernelevolve[mcp]"'
+
+
+def build_server(workspace: Path, platform: str | None = None) -> Any:
+    """The MCPServer with kernelevolve's tools, for `workspace`."""
+    try:
+        import anyio
+        from mcp.server.mcpserver import MCPServer
+    except ImportError as exc:
+        raise KernelevolveError(INSTALL_HINT) from exc
+
+    from kernelevolve.synth import agent
+
+    server = MCPServer(
+        name="kernelevolve",
+        instructions=(
+            "Write faster kernels for a PyTorch reference. Call next_task for a node's task, write a complete "
+            "candidate file (a ModelNew with the reference's constructor, its kernels in Triton on CUDA or C "
+            "via kernelevolve.native on the CPU), lint it, submit it, read the verdict, repeat; finish_run at the end."
+        ),
+    )
+
+    async def call(fn: Any, *args: Any) -> Any:
+        try:
+            return await anyio.to_thread.run_sync(fn, *args)
+        except KernelevolveError as exc:  # a usable message for the agent, not a stack trace
+            return {"error": exc.message, "hint": exc.hint}
+
+    @server.tool()
+    async def start_run(
+        spec: str, budget: int = 20, platform_name: str | None = None, policy: str = "uct"
+    ) -> dict[str, Any]:
+        """Start an agent-driven optimization run for a spec file; returns its run_id."""
+
+        def go() -> dict[str, Any]:
+            from kernelevolve.config import load_settings
+            from kernelevolve.optimize import start
+            from kernelevolve.search.limits import Limits
+            from kernelevolve.search.policies import SearchConfig
+            from kernelevolve.synth import SynthConfig
+
+            settings = load_settings(workspace, {"platform": platform_name or platform})
+            run_id = start(
+                Path(spec), settings, SearchConfig(policy=policy), Limits(budget=budget), SynthConfig("agent")
+            )
+            return {"run_id": run_id}
+
+        result: dict[str, Any] = await call(go)
+        return result
+
+    @server.tool()
+    async def next_task(run_id: str, new: bool = False) -> dict[str, Any]:
+        """The task for the next node: the prompt, the files, the constraints, how to submit."""
+        result: dict[str, Any] = await call(agent.next_task, workspace, run_id, new)
+        return result
+
+    @server.tool()
+    async def read_node(run_id: str, node: int) -> dict[str, Any]:
+        """A node's kernel source, verdict summary and note."""
+
+        def go() -> dict[str, Any]:
+            from kernelevolve.search.engine import describe_verdict
+            from kernelevolve.store import Workspace
+
+            with Workspace.open(workspace) as ws:
+                rows = [n for n in ws.nodes(ws.resolve_run(run_id)) if n["id"] == node]
+            if not rows:
+                raise KernelevolveError(f"run {run_id} has no node {node}")
+            n = rows[0]
+            return {"node": node, "parent": n["parent"], "mode": n["mode"], "state": n["state"], "note": n["note"],
+                    "source": n["source"], "verdict": describe_verdict(n["verdict"]) if n["verdict"] else n["message"]}  # fmt: skip
+
+        result: dict[str, Any] = await call(go)
+        return result
+
+    @server.tool()
+    async def lint(run_id: str, source: str) -> str:
+        """The static guards on a candidate's source: 'ok' or the violations. Nothing runs."""
+
+        def go() -> str:
+            from kernelevolve.optimize import build_engine
+            from kernelevolve.store import Workspace
+
+            with Workspace.open(workspace) as ws:
+                return build_engine(ws, run_id).tools.lint(source)
+
+        result: str = await call(go)
+        return result
+
+    @server.tool()
+    async def submit(run_id: str, node: int, source: str) -> dict[str, Any]:
+        """Evaluate a candidate for a node in the isolated harness; the verdict (status, speedups, errors)."""
+
+        def go() -> dict[str, Any]:
+            result = agent.submit(workspace, run_id, node, source)
+            result.pop("verdict", None)  # the text and headline numbers are what an agent reads
+            return result
+
+        result: dict[str, Any] = await call(go)
+        return result
+
+    @server.tool()
+    async def search_knowledge(
+        query: str, platform_name: str | None = None, limit: int = 5
+    ) -> list[dict[str, Any]]:
+        """Knowledge snippets (hardware, guidance, constraints) matching a query."""
+        from kernelevolve.knowledge import builtin
+
+        return [
+            {"doc": s.doc, "title": s.title, "text": s.text}
+            for s in builtin.search(query, platform=platform_name or platform, limit=limit)
+        ]
+
+    @server.tool()
+    async def finish_run(run_id: str) -> dict[str, Any]:
+        """Re-measure the best kernels; write the best kernel, the per-shape export and the report."""
+
+        def go() -> dict[str, Any]:
+            summary = agent.finish(workspace, run_id)
+            return {k: v for k, v in summary.items() if k not in ("final", "method")}
+
+        result: dict[str, Any] = await call(go)
+        return result
+
+    @server.tool()
+    async def list_runs() -> list[dict[str, Any]]:
+        """The workspace's runs, newest first."""
+        from kernelevolve.store import Workspace
+
+        with Workspace.open(workspace) as ws:
+            return [{k: r[k] for k in ("run_id", "spec_path", "platform", "synthesizer", "status", "best_node")}
+                    for r in ws.runs()]  # fmt: skip
+
+    return server
+
+
+def serve(workspace: Path, platform: str | None = None) -> None:
+    build_server(workspace, platform).run("stdio")
+
+
+__all__ = ["build_server", "serve"]

@@ -1,0 +1,219 @@
+"""The library-level jobs behind `optimize`, `resume`, `tune` and `runs`: set a run up, drive it.
+
+A run's record holds everything needed to continue it in another process: the spec's path and
+fingerprint, the platform, the harness settings, the search configuration, the synthesizer and the
+limits. `resume` rebuilds the engine from that record alone (a spec file that changed since is
+refused: the tree's verdicts would no longer be about it).
+
+Like `jobs.py`, nothing here prints or exits: progress goes to a callback, errors a user must act on
+are the project's exceptions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kernelevolve.config import Settings
+from kernelevolve.errors import SpecError, WorkspaceError
+from kernelevolve.evaluate.pool import candidate_hash
+from kernelevolve.jobs import _record_spec, device_key, hardware_profile, sized_for
+from kernelevolve.platforms import Platform, get_platform, select
+from kernelevolve.search.engine import Engine, EngineContext
+from kernelevolve.search.limits import Limits
+from kernelevolve.search.policies import SearchConfig
+from kernelevolve.spec import Spec, load_spec
+from kernelevolve.store import Workspace
+from kernelevolve.synth import SynthConfig, create
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+def run_dir(ws: Workspace, run_id: str) -> Path:
+    return ws.root / "runs" / run_id
+
+
+def _context(
+    ws: Workspace, spec: Spec, platform: Platform, settings: Settings, out_dir: Path, shapes: list[str] | None
+) -> EngineContext:
+    profile, _ = hardware_profile(platform, settings, ws)
+    key = device_key(platform.identity(settings.device), platform.name)
+    trusted = ws.cache_dir(f"compile-{spec.fingerprint}-{candidate_hash(key)[:8]}")
+    return EngineContext(ws, spec, platform, settings, profile, trusted / "inductor", out_dir, shapes)
+
+
+def _meter(synth: SynthConfig, limits: Limits, workspace: Path, run: dict[str, Any] | None = None) -> Any:
+    if not synth.is_model:
+        return None
+    from kernelevolve.synth.providers.base import Meter
+
+    meter = Meter(max_usd=limits.max_usd, max_tokens=limits.max_tokens, workspace=workspace)
+    if run is not None:  # a resumed run starts with what it already spent
+        meter.preload(tokens=run["tokens_in"] + run["tokens_out"], usd=run["cost_usd"])
+    return meter
+
+
+def start(
+    spec_path: Path,
+    settings: Settings,
+    search: SearchConfig,
+    limits: Limits,
+    synth: SynthConfig,
+    *,
+    shapes: list[str] | None = None,
+    extra_seeds: list[Path] | None = None,
+) -> str:
+    """Record a new run and return its id (nothing is evaluated yet)."""
+    spec = load_spec(spec_path)
+    platform = select(settings.platform)
+    search.validate()
+    limits.validate()
+    for name in shapes or ():
+        spec.shape(name)  # a SpecError naming the valid shapes
+    if synth.name != "tuner" and extra_seeds:
+        raise WorkspaceError("seed kernels are for the offline tuner (`kernelevolve tune`)")
+    if synth.is_model:  # fail now, not at the first expansion, on a missing SDK or key
+        from kernelevolve.synth.providers import check_model
+
+        check_model(synth.name, base_url=synth.base_url)
+    with Workspace.open(settings.workspace) as ws:
+        _record_spec(ws, spec)
+        config = {
+            "search": dataclasses.asdict(search),
+            "synth": dataclasses.asdict(synth),
+            "settings": {k: v for k, v in settings.to_dict().items() if k != "workspace"},
+            "shapes": shapes,
+            "seeds": [str(p.resolve()) for p in extra_seeds or []],
+        }
+        return ws.create_run(
+            spec.fingerprint, str(spec.path.resolve()), platform.name, synth.name, search.policy, config,
+            dataclasses.asdict(limits),
+        )  # fmt: skip
+
+
+def build_engine(
+    ws: Workspace, run_id: str, on_event: Event | None = None, limits: Limits | None = None
+) -> Engine:
+    """The engine of a stored run, rebuilt from its record. `limits` replaces the stored ones (a
+    resumed run given a larger budget, say) and is stored in their place."""
+    run_id = ws.resolve_run(run_id)
+    run = ws.run(run_id)
+    cfg = run["config"]
+    settings = Settings(**{**_settings_fields(cfg["settings"]), "workspace": ws.root}).validate()
+    spec = load_spec(run["spec_path"])
+    if spec.fingerprint != run["spec_fingerprint"]:
+        raise SpecError(
+            f"{run['spec_path']} changed since run {run_id} started (its fingerprint differs)",
+            hint="restore the spec file, or start a new run with `kernelevolve optimize`",
+        )
+    platform = get_platform(run["platform"])
+    search = SearchConfig(**{**cfg["search"], "schedule": tuple(cfg["search"]["schedule"])})
+    synth_cfg = SynthConfig(**cfg["synth"])
+    if limits is not None:
+        ws.update_run(run_id, limits=dataclasses.asdict(limits))
+    limits = limits or Limits(**run["limits"])
+    settings = sized_for(settings, platform, 10**6)
+    seeds = [(p, Path(p).read_text()) for p in cfg.get("seeds") or []]
+    meter = _meter(synth_cfg, limits, ws.root, run)
+    synthesizer = create(
+        synth_cfg, spec, platform.name, platform.kinds, meter=meter, extra_seeds=seeds, workspace=ws.root
+    )
+    ctx = _context(ws, spec, platform, settings, run_dir(ws, run_id), cfg.get("shapes"))
+    return Engine(ctx, run_id, synthesizer, search, limits, on_event=on_event, meter=meter)
+
+
+def drive(
+    run_id: str, workspace: Path, on_event: Event | None = None, limits: Limits | None = None
+) -> dict[str, Any]:
+    """Run (or resume) `run_id` to its limits; returns the summary."""
+    with Workspace.open(workspace) as ws:
+        engine = build_engine(ws, run_id, on_event, limits)
+        if engine.synth.name == "agent":
+            raise WorkspaceError(
+                f"run {engine.run_id} is driven by an external agent",
+                hint=f"use `kernelevolve agent next {engine.run_id}` and `kernelevolve agent submit`",
+            )
+        return engine.run()
+
+
+def _settings_fields(stored: dict[str, Any]) -> dict[str, Any]:
+    known = {f.name for f in dataclasses.fields(Settings)}
+    return {k: v for k, v in stored.items() if k in known and k != "workspace"}
+
+
+def optimize(
+    spec_path: Path,
+    settings: Settings,
+    search: SearchConfig,
+    limits: Limits,
+    synth: SynthConfig,
+    on_event: Event | None = None,
+) -> dict[str, Any]:
+    run_id = start(spec_path, settings, search, limits, synth)
+    if on_event:
+        on_event("run", {"run_id": run_id})
+    return drive(run_id, settings.workspace, on_event)
+
+
+def tune(
+    spec_path: Path,
+    kernel: Path,
+    settings: Settings,
+    search: SearchConfig,
+    limits: Limits,
+    on_event: Event | None = None,
+) -> dict[str, Any]:
+    """The offline tuner on a user's kernel, one run per spec shape; a per-shape table of the best
+    configuration found."""
+    from kernelevolve.synth.tuner import tunables
+
+    source = kernel.read_text()
+    try:
+        declared = tunables.read(source)
+    except tunables.TunablesError as exc:
+        raise SpecError(f"{kernel}: {exc}") from None
+    if declared is None:
+        raise SpecError(
+            f"{kernel} declares no tunables",
+            hint="add module-level TUNABLES = {'BLOCK': [256, 512, 1024]} and CONFIG = {'BLOCK': 512}, "
+            "and read CONFIG in the kernel's launch",
+        )
+    spec = load_spec(spec_path)
+    rows = []
+    for shape in spec.names:
+        run_id = start(
+            spec_path, settings, replace(search, draft=1), limits, SynthConfig("tuner"),
+            shapes=[shape], extra_seeds=[kernel],
+        )  # fmt: skip
+        if on_event:
+            on_event("run", {"run_id": run_id, "shape": shape})
+        summary = drive(run_id, settings.workspace, on_event)
+        best_config = None
+        if summary.get("best_candidate"):
+            found = tunables.read(Path(summary["best_candidate"]).read_text())
+            best_config = found[1] if found else None
+        row: dict[str, Any] = next((s for s in summary.get("shapes", []) if s["shape"] == shape), {})
+        rows.append({
+            "shape": shape, "run_id": run_id, "config": best_config, "start_config": declared[1],
+            "time_us": row.get("time_us"), "speedup_vs_eager": row.get("speedup_vs_eager"),
+            "speedup_vs_compile": row.get("speedup_vs_compile"), "roofline_fraction": row.get("roofline_fraction"),
+            "nodes_evaluated": summary["nodes_evaluated"], "best_candidate": summary.get("best_candidate"),
+        })  # fmt: skip
+    return {"spec": spec.name, "kernel": str(kernel), "tunables": declared[0], "shapes": rows}
+
+
+def runs(workspace: Path, limit: int = 50) -> list[dict[str, Any]]:
+    with Workspace.open(workspace) as ws:
+        return ws.runs(limit)
+
+
+def show(workspace: Path, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    with Workspace.open(workspace) as ws:
+        run = ws.run(run_id)
+        return run, ws.nodes(run["run_id"])
+
+
+__all__ = ["drive", "optimize", "run_dir", "runs", "show", "start", "tune"]

@@ -1,0 +1,588 @@
+"""The search loop: select, synthesize, evaluate, record; until a limit; then re-measure and report.
+
+One `Engine` drives one run. Each expansion is one thread's work:
+
+    select (policy, under the engine's lock) -> create the node in the store (state `created`)
+    -> gather its context (memory mode) -> the synthesizer proposes (state `proposed`, or `failed`)
+    -> the evaluator pool's verdict (state `evaluated`) -> the best is updated under the noise rule
+
+Up to `parallel` expansions are in flight, so model calls overlap evaluations. Every state change is
+one store transaction, so a run killed at any point resumes with nothing lost and nothing paid twice:
+`created` nodes are synthesized again under the same id (a model call that was in flight when the
+process died is not recorded, and is the only cost that can be lost), `proposed` nodes are evaluated
+from their stored source. A lock file keeps two processes from driving one run.
+
+At the end, the winners are re-measured in fresh workers (the number reported is never the lucky one
+found during the search): the best node overall, and per shape the node fastest at that shape. The
+export dispatches each shape to its re-measured winner where it beats the baseline beyond the noise,
+and to the reference everywhere else.
+
+Deliberately not here: how candidates are written (`kernelevolve.synth`), how they are judged
+(`kernelevolve.evaluate`), how the report looks (`kernelevolve.report`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelevolve.config import Settings
+from kernelevolve.errors import KernelevolveError, WorkspaceError
+from kernelevolve.evaluate.guards import check_source
+from kernelevolve.evaluate.pool import EvaluatorPool
+from kernelevolve.evaluate.verdict import Verdict
+from kernelevolve.platforms import Platform
+from kernelevolve.profile.diagnosis import diagnose
+from kernelevolve.search.limits import Limits, stop_reason
+from kernelevolve.search.memory import choose_mode, history
+from kernelevolve.search.policies import SELECT, SearchConfig
+from kernelevolve.search.tree import Tree
+from kernelevolve.spec import Spec
+from kernelevolve.store import Workspace
+from kernelevolve.synth.base import Proposal, Snippet, Synthesizer, Task
+
+Event = Callable[[str, dict[str, Any]], None]
+FAILED_SYNTH = ("exhausted", "synth_error")
+MAX_REMEASURE = 4  # distinct winners re-measured at the end
+
+
+@dataclass
+class EngineContext:
+    """What an engine needs besides the run's stored record."""
+
+    ws: Workspace
+    spec: Spec
+    platform: Platform
+    settings: Settings
+    profile: dict[str, Any]
+    trusted_cache: Path | None
+    out_dir: Path
+    shapes: list[str] | None = None  # evaluate only these spec shapes (tuning one shape)
+
+
+class EngineTools:
+    """The `Tools` a synthesizer may use: lint in this process (the AST only), quick runs in the
+    evaluator pool's isolated workers, knowledge from the built-in set."""
+
+    def __init__(self, pool: EvaluatorPool | None, spec: Spec, platform: Platform):
+        self.pool, self.spec, self.platform = pool, spec, platform
+        sizes = [(spec.footprint_bytes(s.name) or 0, s.name) for s in spec.shapes]
+        self.smallest = min(sizes)[1]
+
+    def lint(self, source: str) -> str:
+        report = check_source(
+            source,
+            accepted_kinds=self.platform.kinds,
+            platform=self.platform.name,
+            allow_imports=self.spec.allow_imports,
+            allow_torch_ops=self.spec.allow_torch_ops,
+        )
+        if report.syntax_error:
+            return f"syntax error: {report.syntax_error}"
+        return "\n".join(str(v) for v in report.violations) or "ok"
+
+    def quick_run(self, source: str) -> str:
+        if self.pool is None:
+            return "quick runs are not available here: submit the candidate to have it evaluated"
+        v = self.pool.evaluate_one(source, "quick_run.py", shapes=[self.smallest], timing_budget_s=0.2)
+        return describe_verdict(v.to_dict())
+
+    def search_knowledge(self, query: str, limit: int = 5) -> list[Snippet]:
+        try:
+            from kernelevolve.knowledge import builtin
+        except ImportError:
+            return []
+        return list(builtin.search(query, platform=self.platform.name, limit=limit))
+
+
+def describe_verdict(v: dict[str, Any]) -> str:
+    """A verdict as the few lines a person or a model needs."""
+    lines = [f"status: {v.get('status')}; {v.get('message') or ''}".rstrip("; ")]
+    for s in v.get("shapes", []):
+        parts = [f"shape {s.get('name')}: correct={s.get('correct')}"]
+        if s.get("failed_check"):
+            parts.append(f"failed: {s['failed_check']}")
+        if s.get("max_abs_err") is not None:
+            parts.append(f"max abs err {s['max_abs_err']:.3g}, max rel err {s.get('max_rel_err') or 0:.3g}")
+        if s.get("candidate"):
+            parts.append(f"{s['candidate']['median_s'] * 1e6:.1f} us")
+        for b in ("eager", "compile"):
+            if s.get(f"speedup_vs_{b}") is not None:
+                parts.append(f"{s[f'speedup_vs_{b}']:.2f}x vs {b}")
+        if s.get("roofline_fraction") is not None:
+            parts.append(f"{100 * s['roofline_fraction']:.0f}% of roofline ({s.get('bound')}-bound)")
+        lines.append("; ".join(parts))
+    return "\n".join(lines)
+
+
+class RunLock:
+    """An exclusive, non-blocking lock on a run: one driver at a time, released when the process dies."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise WorkspaceError(
+                f"run {self.path.parent.name} is being driven by another process",
+                hint="wait for it to finish, or stop it (Ctrl-C) and `kernelevolve resume` the run",
+            ) from None
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+class Engine:
+    def __init__(
+        self,
+        ctx: EngineContext,
+        run_id: str,
+        synthesizer: Synthesizer,
+        search: SearchConfig,
+        limits: Limits,
+        on_event: Event | None = None,
+        meter: Any = None,
+    ):
+        self.ctx, self.ws, self.spec = ctx, ctx.ws, ctx.spec
+        self.run_id = run_id
+        self.synth = synthesizer
+        self.search = search
+        self.limits = limits
+        self.meter = meter  # providers.base.Meter or None: its cap also stops the run
+        self.emit = on_event or (lambda event, data: None)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()  # a limit was reached: start nothing new, finish what runs
+        self._abort = threading.Event()  # interrupted: leave unstarted work for `resume`
+        self._exhausted_streak = 0
+        self._best: int | None = None
+        self._prior_wall = float(self.ws.run(run_id)["wall_s"] or 0.0)
+        self._t0 = time.monotonic()
+        self.pool: EvaluatorPool | None = None
+        self.tools = EngineTools(None, ctx.spec, ctx.platform)
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def parallel(self, pool_workers: int) -> int:
+        if self.search.parallel > 0:
+            return self.search.parallel
+        return max(1, pool_workers) + (0 if self.synth.name == "tuner" else 1)
+
+    def wall_s(self) -> float:
+        return self._prior_wall + time.monotonic() - self._t0
+
+    def run(self) -> dict[str, Any]:
+        """Drive the run to a limit; returns the summary (also stored with the run)."""
+        with RunLock(self.ctx.out_dir / "lock"):
+            self.ws.update_run(self.run_id, status="running")
+            try:
+                summary = self._drive()
+            except KeyboardInterrupt:
+                self.ws.update_run(self.run_id, status="stopped", wall_s=self.wall_s())
+                raise
+            except BaseException:
+                self.ws.update_run(self.run_id, status="failed", wall_s=self.wall_s())
+                raise
+        return summary
+
+    def _drive(self) -> dict[str, Any]:
+        with self.attached():
+            reason = self._loop(self.parallel(self.ctx.settings.workers))
+            self.emit("stop", {"reason": reason})
+            return self.finish(reason)
+
+    @contextmanager
+    def attached(self) -> Iterator[None]:
+        """The evaluator pool (and the tools that use it) for the duration of the block."""
+        ctx = self.ctx
+        with EvaluatorPool(
+            ctx.spec, ctx.platform, ctx.settings, profile=ctx.profile, trusted_cache=ctx.trusted_cache,
+            on_event=lambda event, label, detail: self._pool_event(event, label, detail),
+        ) as pool:  # fmt: skip
+            self.pool = pool
+            self.tools = EngineTools(pool, ctx.spec, ctx.platform)
+            try:
+                yield
+            finally:
+                self.pool = None
+                self.tools = EngineTools(None, ctx.spec, ctx.platform)
+
+    def _loop(self, parallel: int) -> str:
+        tree = self.tree()
+        self._best = b.id if (b := tree.best(self.search.min_gain)) else None
+        pending = [n.id for n in tree.nodes.values() if n.state in ("created", "proposed")]
+        if pending:
+            self.emit("resume", {"pending": pending, "nodes": len(tree)})
+        reason = ""
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="kernelevolve-expand") as ex:
+            inflight: dict[Future[None], int] = {ex.submit(self._expand, nid): nid for nid in pending}
+            try:
+                while True:
+                    while len(inflight) < parallel and not self._stop.is_set():
+                        why = self.stop_reason()
+                        if why:
+                            reason = reason or why
+                            self._stop.set()
+                            break
+                        node_id = self.new_node()
+                        inflight[ex.submit(self._expand, node_id)] = node_id
+                    if not inflight:
+                        break
+                    done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        inflight.pop(f)
+                        f.result()  # an expansion raises only for what fails every candidate
+                    self.ws.update_run(self.run_id, wall_s=self.wall_s())
+            except BaseException:
+                self._stop.set()
+                self._abort.set()
+                for f in inflight:
+                    f.cancel()
+                raise
+        return reason or "stopped"
+
+    def stop_reason(self) -> str | None:
+        tree = self.tree()
+        run = self.ws.run(self.run_id)
+        spent = sum(1 for n in tree.nodes.values() if n.status != "exhausted")
+        best = tree.best(self.search.min_gain)
+        why = stop_reason(
+            self.limits, spent=spent, wall_s=self.wall_s(), tokens=run["tokens_in"] + run["tokens_out"],
+            usd=run["cost_usd"], stall=tree.stall(self.search.min_gain),
+            best_fitness=best.fitness if best else 0.0,
+        )  # fmt: skip
+        if why:
+            return why
+        if self.meter is not None and (cap := self.meter.exceeded()):
+            return cap
+        if self._exhausted_streak >= max(4, 2 * self.search.parallel):
+            return f"{self.synth.name} has nothing new to try ({self._exhausted_streak} declined expansions in a row)"
+        return None
+
+    # -- one expansion ------------------------------------------------------------------------------
+
+    def tree(self) -> Tree:
+        return Tree.from_rows(self.ws.nodes(self.run_id))
+
+    def new_node(self) -> int:
+        with self._lock:
+            tree = self.tree()
+            rng = random.Random(f"{self.search.seed}:{self.run_id}:{len(tree)}")
+            if len(tree) < self.search.draft:
+                parents: list[int] = []
+            else:
+                parents = SELECT[self.search.policy](tree, rng, self.search)
+            node_id = len(tree) + 1  # the id the store will allocate: the mode's schedule uses it
+            mode = choose_mode(tree, parents, node_id, self.search)
+            parent = parents[0] if parents else None
+            parent2 = parents[1] if len(parents) > 1 else None
+            node_id = self.ws.create_node(self.run_id, parent, parent2, mode)
+        self.emit("node", {"node": node_id, "parents": parents, "mode": mode})
+        return node_id
+
+    def task(self, node_id: int) -> Task:
+        tree = self.tree()
+        node = tree[node_id]
+        parents = [p for p in (node.parent, node.parent2) if p is not None]
+        best = tree.best(self.search.min_gain)
+        task = Task(
+            run_id=self.run_id,
+            node_id=node_id,
+            spec=self.spec,
+            platform=self.ctx.platform.name,
+            platform_target=str(self.ctx.profile.get("target") or self.ctx.platform.name),
+            kinds=tuple(sorted(self.ctx.platform.kinds)),
+            mode=node.mode,
+            parents=[tree[p].view() for p in parents],
+            history=[n.view() for n in history(tree, parents, node.mode)],
+            tried=tree.tried(),
+            best_fitness=best.fitness if best else 0.0,
+            seed=random.Random(f"{self.search.seed}:{self.run_id}:{node_id}").randrange(2**31),
+            hardware={k: v for k, v in self.ctx.profile.items() if isinstance(v, int | float | str)},
+        )
+        task.knowledge = self._knowledge(task)
+        return task
+
+    def _knowledge(self, task: Task) -> list[Snippet]:
+        terms = [self.spec.name, self.spec.description or ""]
+        for p in task.parents:
+            if p.status and p.status != "ok":
+                terms.append(f"{p.status} {p.message[:200]}")
+            if p.diagnosis:
+                terms.append(str(p.diagnosis.get("class", "")))
+        return self.tools.search_knowledge(" ".join(terms), limit=4)
+
+    def _expand(self, node_id: int) -> None:
+        if self._abort.is_set():
+            return  # interrupted: the node stays as it is (`created` or `proposed`); resume picks it up
+        if self._state(node_id) == "created":
+            proposal = self._propose(node_id)
+            if proposal is None:
+                return
+        self.evaluate(node_id)
+
+    def _state(self, node_id: int) -> str:
+        return str(self.tree()[node_id].state)
+
+    def _propose(self, node_id: int) -> Proposal | None:
+        task = self.task(node_id)
+        self.emit("synthesize", {"node": node_id, "mode": task.mode, "parents": [p.id for p in task.parents]})
+        start = time.perf_counter()
+        try:
+            proposal = self.synth.propose(task, self.tools)
+        except Exception as exc:  # a synthesizer bug must not end the run: the node records it
+            proposal = Proposal(source=None, error=f"{self.synth.name} failed: {type(exc).__name__}: {exc}")
+        synth_s = time.perf_counter() - start
+        status = (
+            None if proposal.source is not None else ("exhausted" if proposal.exhausted else "synth_error")
+        )
+        kind = None
+        if proposal.source is not None:
+            kinds = check_source(proposal.source, accepted_kinds=()).kinds
+            kind = sorted(kinds)[0] if kinds else None
+        self.ws.propose_node(
+            self.run_id, node_id, source=proposal.source, kind=kind, note=proposal.note,
+            error=proposal.error, prompt=proposal.prompt, response=proposal.response,
+            actions=proposal.actions, tokens_in=proposal.tokens_in, tokens_out=proposal.tokens_out,
+            cost_usd=proposal.cost_usd, synth_s=synth_s, status=status,
+        )  # fmt: skip
+        with self._lock:
+            self._exhausted_streak = self._exhausted_streak + 1 if status == "exhausted" else 0
+        if proposal.source is None:
+            self.emit("failed", {"node": node_id, "status": status, "error": proposal.error or ""})
+            return None
+        return proposal
+
+    def evaluate(self, node_id: int) -> Verdict:
+        """Evaluate a `proposed` node's candidate and record the verdict (inside `attached`)."""
+        node = self.tree()[node_id]
+        assert node.source is not None and self.pool is not None
+        start = time.perf_counter()
+        verdict = self.pool.evaluate_one(node.source, f"node-{node_id}.py", shapes=self.ctx.shapes)
+        eval_s = time.perf_counter() - start
+        data = verdict.to_dict()
+        evaluation_id = self.ws.record_evaluation(data)
+        self.ws.finish_node(self.run_id, node_id, evaluation_id, data, eval_s, diagnose(data))
+        with self._lock:
+            best = self.tree().best(self.search.min_gain)
+            improved = best is not None and best.id != self._best
+            if improved:
+                assert best is not None
+                self._best = best.id
+                self.ws.update_run(self.run_id, best_node=best.id)
+        self.emit(
+            "evaluated",
+            {"node": node_id, "verdict": verdict, "best": self.best_info(), "new_best": improved},
+        )
+        return verdict
+
+    def best_info(self) -> dict[str, Any]:
+        tree = self.tree()
+        best = tree.best(self.search.min_gain)
+        spent = sum(1 for n in tree.nodes.values() if n.status != "exhausted")
+        info = {"evaluated": len(tree.evaluated()), "spent": spent, "budget": self.limits.budget}
+        if best is None:
+            return info | {"node": None}
+        return info | {"node": best.id, "fitness": best.fitness, "speedup_vs_eager": best.speedup_vs_eager,
+                       "speedup_vs_compile": best.speedup_vs_compile}  # fmt: skip
+
+    def _pool_event(self, event: str, label: str, detail: Any) -> None:
+        if event == "phase":
+            self.emit("phase", {"label": label, "phase": detail})
+
+    # -- the end ------------------------------------------------------------------------------------
+
+    def finish(self, reason: str) -> dict[str, Any]:
+        """Re-measure the winners; write the best kernel, the export and the report (inside `attached`)."""
+        assert self.pool is not None
+        tree = self.tree()
+        best = tree.best(self.search.min_gain)
+        baseline = self.ctx.settings.fitness_baseline
+        finals: dict[int, Verdict] = {}
+        winners = self._shape_winners(
+            tree, "eager"
+        )  # per shape: the fastest kernel (eager is the common yardstick)
+        to_measure = ([best.id] if best else []) + [
+            n for n in dict.fromkeys(winners.values()) if not best or n != best.id
+        ]
+        for node_id in to_measure[:MAX_REMEASURE]:
+            self.emit("remeasure", {"node": node_id})
+            source = tree[node_id].source
+            assert source is not None
+            v = self.pool.evaluate_one(source, f"node-{node_id}-final.py", shapes=self.ctx.shapes)
+            finals[node_id] = v
+            self.ws.record_evaluation(v.to_dict())
+        out = self.ctx.out_dir
+        out.mkdir(parents=True, exist_ok=True)
+        best_path = None
+        if best is not None and best.source is not None:
+            best_path = out / "best.py"
+            best_path.write_text(best.source)
+        dispatch = self._dispatch(tree, winners, finals, baseline)
+        final = finals.get(best.id) if best else None
+        summary = self._summary(tree, best, final, reason, best_path, dispatch, baseline)
+        summary["export"] = self._export(tree, dispatch)
+        self.ws.update_run(self.run_id, status="done", summary=summary, wall_s=self.wall_s(),
+                           best_node=best.id if best else None)  # fmt: skip
+        summary["report"] = self._report(summary)
+        self.ws.update_run(self.run_id, summary=summary)
+        return summary
+
+    def _shape_winners(self, tree: Tree, baseline: str) -> dict[str, int]:
+        """Per shape, the ok node fastest at that shape against the fitness baseline."""
+        winners: dict[str, tuple[float, int]] = {}
+        for n in tree.ok():
+            for s in (n.verdict or {}).get("shapes", []):
+                sp = s.get(f"speedup_vs_{baseline}")
+                if sp is not None and sp > winners.get(s["name"], (0.0, 0))[0]:
+                    winners[s["name"]] = (sp, n.id)
+        return {name: node for name, (_, node) in winners.items()}
+
+    def _dispatch(
+        self, tree: Tree, winners: dict[str, int], finals: dict[int, Verdict], baseline: str
+    ) -> dict[str, dict[str, Any]]:
+        """Per shape: the re-measured winner where it beats the reference (eager: what the export
+        falls back to) beyond the noise, else the reference. Each entry: node (or None), speedups,
+        time, roofline fraction."""
+        baseline = "eager"  # the export's fallback runs the reference eagerly
+        out: dict[str, dict[str, Any]] = {}
+        for shape in self.ctx.shapes or self.spec.names:
+            entry: dict[str, Any] = {"node": None}
+            node_id = winners.get(shape)
+            v = finals.get(node_id) if node_id is not None else None
+            s = next((x for x in v.shapes if x.name == shape), None) if v is not None and v.ok else None
+            if s is not None and s.candidate is not None:
+                base = getattr(s, baseline)
+                sp = getattr(s, f"speedup_vs_{baseline}")
+                noise = max(s.candidate.spread, base.spread if base else 0.0, self.search.min_gain)
+                entry = {
+                    "node": node_id if sp is not None and sp > 1 + noise else None,
+                    "candidate_node": node_id,
+                    "time_us": s.candidate.median_s * 1e6,
+                    "speedup_vs_eager": s.speedup_vs_eager,
+                    "speedup_vs_compile": s.speedup_vs_compile,
+                    "roofline_fraction": s.roofline_fraction,
+                    "bound": s.bound,
+                    "noise": noise,
+                }
+            out[shape] = entry
+        return out
+
+    def _summary(
+        self, tree: Tree, best: Any, final: Verdict | None, reason: str, best_path: Path | None,
+        dispatch: dict[str, dict[str, Any]], baseline: str,
+    ) -> dict[str, Any]:  # fmt: skip
+        run = self.ws.run(self.run_id)
+        evaluated = tree.evaluated()
+        measured = final if final is not None and final.ok else None
+        shapes = []
+        for s in measured.shapes if measured else []:
+            shapes.append({
+                "shape": s.name, "weight": s.weight, "correct": s.correct,
+                "time_us": s.candidate.median_s * 1e6 if s.candidate else None,
+                "eager_us": s.eager.median_s * 1e6 if s.eager else None,
+                "compile_us": s.compile.median_s * 1e6 if s.compile else None,
+                "speedup_vs_eager": s.speedup_vs_eager, "speedup_vs_compile": s.speedup_vs_compile,
+                "roofline_fraction": s.roofline_fraction, "bound": s.bound,
+                "dispatch": "kernel" if dispatch.get(s.name, {}).get("node") else "reference",
+            })  # fmt: skip
+        shown = measured or final
+        method = shown.method if shown is not None else None
+        return {
+            "run_id": self.run_id,
+            "status": "done",
+            "stop_reason": reason,
+            "spec": self.spec.name,
+            "spec_path": str(self.spec.path),
+            "platform": self.ctx.platform.name,
+            "device": method.device if method else self.ctx.profile.get("device"),
+            "synthesizer": self.synth.name,
+            "policy": self.search.policy,
+            "baseline": baseline,
+            "nodes": len(tree),
+            "nodes_evaluated": len(evaluated),
+            "nodes_ok": len(tree.ok()),
+            "nodes_failed": sum(
+                1 for n in tree.nodes.values() if n.state == "failed" or (n.state == "evaluated" and not n.ok)
+            ),
+            "best_node": best.id if best else None,
+            "best_fitness": measured.fitness if measured else None,
+            "best_speedup_vs_eager": measured.speedup_vs_eager if measured else None,
+            "best_speedup_vs_compile": measured.speedup_vs_compile if measured else None,
+            "best_search_fitness": best.fitness if best else None,
+            "final_status": str(final.status) if final is not None else None,
+            "final_message": final.message if final is not None and not final.ok else None,
+            "best_candidate": str(best_path) if best_path else None,
+            "shapes": shapes,
+            "dispatch": dispatch,
+            "flags": list(measured.flags) if measured else [],
+            "method": asdict(method) if method else None,
+            "final": final.to_dict() if final is not None else None,
+            "tokens_in": run["tokens_in"],
+            "tokens_out": run["tokens_out"],
+            "cost_usd": run["cost_usd"],
+            "gpu_s": round(sum(n.eval_s for n in evaluated), 2),
+            "wall_s": round(self.wall_s(), 2),
+            "limits": dataclasses.asdict(self.limits),
+            "out_dir": str(self.ctx.out_dir),
+        }
+
+    def _export(self, tree: Tree, dispatch: dict[str, dict[str, Any]]) -> str | None:
+        variants = {}
+        speedups = {}
+        for shape, entry in dispatch.items():
+            node_id = entry.get("node")
+            if node_id is not None and tree[node_id].source:
+                variants[shape] = (str(tree[node_id].source), f"node-{node_id}")
+                speedups[shape] = entry.get(f"speedup_vs_{self.ctx.settings.fitness_baseline}") or 0.0
+        try:
+            from kernelevolve.export import export_dispatch
+        except ImportError:
+            return None
+        device_type = "cuda" if self.ctx.platform.name in ("cuda", "rocm") else "cpu"
+        try:
+            path = export_dispatch(
+                self.spec, variants, self.ctx.out_dir, speedups=speedups, device_type=device_type
+            )
+        except KernelevolveError as exc:  # e.g. two shapes the inputs cannot tell apart
+            self.emit("export_failed", {"error": exc.message})
+            return None
+        return str(path)
+
+    def _report(self, summary: dict[str, Any]) -> dict[str, str] | None:
+        try:
+            from kernelevolve.report import write_report
+        except ImportError:
+            return None
+        run = self.ws.run(self.run_id)
+        report_run = {
+            **run, "spec_name": self.spec.name, "spec_path": str(self.spec.path),
+            "device": summary.get("device") or "", "method": summary.get("method") or {},
+            "final": summary.get("final"), "baseline": summary["baseline"],
+            "best_node": summary.get("best_node"),
+        }  # fmt: skip
+        paths = write_report(report_run, self.ws.nodes(self.run_id), self.ctx.out_dir)
+        return {k: str(v) for k, v in paths.items()}
+
+
+__all__ = ["Engine", "EngineContext", "EngineTools", "RunLock", "describe_verdict"]
