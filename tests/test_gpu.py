@@ -87,3 +87,24 @@ def test_next_candidate_runs_on_a_healthy_device(large_pool: EvaluatorPool) -> N
     assert v.status == Status.OK, v.message
     (shape,) = v.shapes
     assert not shape.cuda_graphs  # ~100 us per call: timed eagerly
+
+
+SLOW_HONEST = gc.triton_candidate("""
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        for _ in range(40):  # correct, and forty launches slow: well above the graph threshold
+            launch(x, y)
+        return y
+""")
+
+
+def test_graph_decision_follows_the_baselines_not_the_candidate(tmp_path: Path) -> None:
+    # A slow candidate must not switch CUDA graphs off for the baselines it is compared with: without
+    # graphs, torch.compile's per-call overhead would make a slow kernel look fast against it.
+    with EvaluatorPool(load_spec(SPECS / "softmax.py"), get_platform("cuda"), gpu_settings(tmp_path)) as pool:
+        v = pool.evaluate_one(SLOW_HONEST, "slow.py")
+        assert v.status == Status.OK, v.message
+        assert all(s.cuda_graphs for s in v.shapes)
+        assert v.speedup_vs_eager is not None and v.speedup_vs_eager < 0.5
+        assert pool.graphs == {s.name: True for s in v.shapes}  # pinned for the run's later candidates

@@ -228,3 +228,32 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
     assert "os" in lint and lint != "ok"
     summary = agent.finish(ws, run_id)
     assert summary["best_node"] == 1 and Path(summary["best_candidate"]).read_text() == C_SOFTMAX
+
+
+def test_tune_searches_a_users_declared_tunables_per_shape(tmp_path: Path) -> None:
+    from kernelevolve.errors import SpecError
+    from kernelevolve.optimize import tune
+    from kernelevolve.spec import load_spec
+    from kernelevolve.synth.tuner import tunables
+    from kernelevolve.synth.tuner.driver import templates_for
+
+    spec_path = SPECS / "ew_chain.py"
+    templates, why = templates_for(load_spec(spec_path), "cpu", ("c",))
+    assert templates, why
+    kernel = tmp_path / "my_kernel.py"  # stands in for a user's own kernel with declared knobs
+    kernel.write_text(templates[0].source)
+    declared, start_config = tunables.read(kernel.read_text())  # type: ignore[misc]
+    settings = replace(cpu_settings(tmp_path, suspicious_speedup=50.0), workspace=tmp_path / "ws")
+    result = tune(spec_path, kernel, settings, SearchConfig(policy="greedy"), Limits(budget=2))
+    assert [r["shape"] for r in result["shapes"]] == load_spec(spec_path).names
+    for row in result["shapes"]:
+        assert row["nodes_evaluated"] == 2 and row["start_config"] == start_config
+        assert row["config"] is not None and all(row["config"][k] in declared[k] for k in declared)
+        with Workspace.open(tmp_path / "ws") as w:
+            first = w.nodes(row["run_id"])[0]
+        assert first["source"] == kernel.read_text()  # the user's kernel is the seed, as written
+
+    plain = tmp_path / "plain.py"
+    plain.write_text(C_SOFTMAX)
+    with pytest.raises(SpecError, match="declares no tunables"):
+        tune(spec_path, plain, settings, SearchConfig(), Limits(budget=2))

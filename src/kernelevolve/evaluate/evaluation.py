@@ -342,7 +342,8 @@ class _Evaluation:
         m = self.verdict.method
         m.timer, m.l2, m.interleaved, m.warmup = self.state.timer.name, self.state.timer.l2, True, plan.warmup
         for k, (st, result) in enumerate(zip(self.shapes, self.verdict.shapes, strict=True)):
-            timing = self._time_shape(st, dataclasses.replace(plan, seed=5000 + k))
+            pinned = (self.msg.get("graphs") or {}).get(st.shape.name)
+            timing = self._time_shape(st, dataclasses.replace(plan, seed=5000 + k, graphs=pinned))
             m.checked_timed_calls += timing.checked
             m.notes.extend(timing.notes)
             if timing.failure:

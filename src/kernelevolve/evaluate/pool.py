@@ -63,6 +63,9 @@ class EvaluatorPool:
             max_workers=max(1, settings.workers), thread_name_prefix="kernelevolve-eval"
         )
         self.device_info: dict[str, Any] | None = None
+        # Per shape, whether it is timed as CUDA graphs: the first timed verdict decides, and every
+        # later candidate is timed the same way (see timing.py).
+        self.graphs: dict[str, bool] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -200,13 +203,7 @@ class EvaluatorPool:
         return verdict
 
     def _static(self, source: str) -> StaticReport:
-        report = check_source(
-            source,
-            accepted_kinds=self.platform.kinds,
-            platform=self.platform.name,
-            allow_imports=self.spec.allow_imports,
-            allow_torch_ops=self.spec.allow_torch_ops,
-        )
+        report = static_report(source, self.spec, self.platform)
         if not self.static_guards and report.syntax_error is None:
             report.violations = []
             report.kinds = report.kinds or set(self.platform.kinds)
@@ -231,6 +228,7 @@ class EvaluatorPool:
                     "kind": kind,
                     "uses_load_inline": "load_inline" in source,
                     "profile": self.profile,
+                    "graphs": dict(self.graphs),
                     **{k: v for k, v in options.items() if v is not None},
                 },
                 on_phase=lambda phase: self.on_event("phase", label, phase),
@@ -244,6 +242,11 @@ class EvaluatorPool:
         if outcome.kind == "result" and outcome.message and "verdict" in outcome.message:
             verdict = Verdict.from_dict(outcome.message["verdict"])
             verdict.candidate, verdict.candidate_hash = base["candidate"], base["candidate_hash"]
+            if verdict.timed:
+                with self._lock:
+                    for shape in verdict.shapes:
+                        if shape.candidate is not None:
+                            self.graphs.setdefault(shape.name, shape.cuda_graphs)
             return verdict
         if outcome.kind == "timeout":
             limit = s.compile_timeout_s if outcome.phase in ("start", "compile") else s.run_timeout_s
@@ -304,6 +307,17 @@ class EvaluatorPool:
                 f"the {op} job failed ({outcome.kind}): {detail}", hint=outcome.log_tail[-1500:]
             )
         return outcome.message
+
+
+def static_report(source: str, spec: Spec, platform: Platform) -> StaticReport:
+    """The static guards as the pool applies them: the platform's kernels, the spec's allowances."""
+    return check_source(
+        source,
+        accepted_kinds=platform.kinds,
+        platform=platform.name,
+        allow_imports=spec.allow_imports,
+        allow_torch_ops=spec.allow_torch_ops,
+    )
 
 
 def _primary_kind(report: StaticReport, platform: Platform) -> str | None:

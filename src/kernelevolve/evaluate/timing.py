@@ -13,8 +13,10 @@ then synchronizes the whole device and records one more event: the gap ("tail") 
 event and the device going idle shows work left running on another stream. A candidate whose tail
 exceeds the baselines' by a wide margin is refused; and its snapshot, taken while that work still
 ran, fails the output check.
-Shapes whose single call is shorter than `graph_threshold_us` are timed as CUDA-graph replays for
-every callee (launch overhead would otherwise dominate); the choice is recorded per shape.
+Shapes whose baselines' single call is shorter than `graph_threshold_us` are timed as CUDA-graph
+replays for every callee (launch overhead would otherwise dominate); the choice is recorded per shape.
+It depends on the baselines only, and a caller can pin it (`TimingPlan.graphs`): the evaluator pool
+pins each shape's first choice, so every candidate of a run is compared by the same method.
 Statistics: the median over rounds, the interquartile range, and the spread (half-range of the
 medians of 5 consecutive blocks of rounds, relative to the median).
 
@@ -185,6 +187,7 @@ class TimingPlan:
     checked_fraction: float
     allow_graphs: bool
     seed: int = 0
+    graphs: bool | None = None  # pinned by the caller (one method for every candidate of a run)
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any], allow_graphs: bool, checked: bool = True) -> TimingPlan:
@@ -230,8 +233,13 @@ def time_shape(
             timer.flush()
             t, _, _, _ = timer.time_call(c.call, snapshot=False)
             estimates[c.name].append(t)
-    single = {name: min(ts) for name, ts in estimates.items()}
-    if plan.allow_graphs and min(single.values()) < plan.graph_threshold_s:
+    # The method is chosen from the baselines alone, never from the candidate: a slow candidate must
+    # not change how the baselines it is compared against are timed.
+    baselines = {
+        name: min(ts) for name, ts in estimates.items() if candidate is None or name != candidate.name
+    }
+    use_graphs = plan.graphs if plan.graphs is not None else min(baselines.values()) < plan.graph_threshold_s
+    if plan.allow_graphs and use_graphs:
         try:
             for c in callees:
                 c.capture(torch)

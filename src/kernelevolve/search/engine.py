@@ -39,7 +39,7 @@ from typing import Any
 from kernelevolve.config import Settings
 from kernelevolve.errors import KernelevolveError, WorkspaceError
 from kernelevolve.evaluate.guards import check_source
-from kernelevolve.evaluate.pool import EvaluatorPool
+from kernelevolve.evaluate.pool import EvaluatorPool, static_report
 from kernelevolve.evaluate.verdict import Verdict
 from kernelevolve.platforms import Platform
 from kernelevolve.profile.diagnosis import diagnose
@@ -80,13 +80,7 @@ class EngineTools:
         self.smallest = min(sizes)[1]
 
     def lint(self, source: str) -> str:
-        report = check_source(
-            source,
-            accepted_kinds=self.platform.kinds,
-            platform=self.platform.name,
-            allow_imports=self.spec.allow_imports,
-            allow_torch_ops=self.spec.allow_torch_ops,
-        )
+        report = static_report(source, self.spec, self.platform)
         if report.syntax_error:
             return f"syntax error: {report.syntax_error}"
         return "\n".join(str(v) for v in report.violations) or "ok"
@@ -98,10 +92,8 @@ class EngineTools:
         return describe_verdict(v.to_dict())
 
     def search_knowledge(self, query: str, limit: int = 5) -> list[Snippet]:
-        try:
-            from kernelevolve.knowledge import builtin
-        except ImportError:
-            return []
+        from kernelevolve.knowledge import builtin
+
         return list(builtin.search(query, platform=self.platform.name, limit=limit))
 
 
@@ -555,10 +547,8 @@ class Engine:
             if node_id is not None and tree[node_id].source:
                 variants[shape] = (str(tree[node_id].source), f"node-{node_id}")
                 speedups[shape] = entry.get(f"speedup_vs_{self.ctx.settings.fitness_baseline}") or 0.0
-        try:
-            from kernelevolve.export import export_dispatch
-        except ImportError:
-            return None
+        from kernelevolve.export import export_dispatch
+
         device_type = "cuda" if self.ctx.platform.name in ("cuda", "rocm") else "cpu"
         try:
             path = export_dispatch(
@@ -570,10 +560,8 @@ class Engine:
         return str(path)
 
     def _report(self, summary: dict[str, Any]) -> dict[str, str] | None:
-        try:
-            from kernelevolve.report import write_report
-        except ImportError:
-            return None
+        from kernelevolve.report import write_report
+
         run = self.ws.run(self.run_id)
         report_run = {
             **run, "spec_name": self.spec.name, "spec_path": str(self.spec.path),

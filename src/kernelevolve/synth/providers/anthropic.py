@@ -30,9 +30,7 @@ from kernelevolve.synth.providers.base import (
     ToolCall,
     ToolSpec,
     Usage,
-    kind_for_status,
-    parse_retry_after,
-    scrub,
+    sdk_error,
     with_retries,
 )
 
@@ -163,30 +161,10 @@ class AnthropicChat:
     def _error(self, exc: Exception) -> ProviderError:
         import anthropic
 
-        text = scrub(str(exc), self._secret)
-        where = self.base_url or "api.anthropic.com"
-        if isinstance(exc, anthropic.APITimeoutError):
-            return ProviderError(
-                "timeout", f"{self.name}: no answer within {self.timeout:g} s", hint="raise the timeout"
-            )
-        if isinstance(exc, anthropic.APIConnectionError):
-            return ProviderError(
-                "server", f"{self.name}: cannot reach {where}: {text}", hint="check the network"
-            )
-        if isinstance(exc, anthropic.APIStatusError):
-            status = exc.status_code
-            kind = kind_for_status(status)
-            detail = scrub(_detail(exc) or text, self._secret)
-            return ProviderError(
-                kind,
-                f"{self.name}: HTTP {status} from {where}: {detail}",
-                hint=_HINTS.get(kind),
-                status=status,
-                retry_after=parse_retry_after(exc.response.headers),
-            )
-        if isinstance(exc, anthropic.APIResponseValidationError):
-            return ProviderError("malformed", f"{self.name}: the response did not parse: {text}")
-        return ProviderError("server", f"{self.name}: {type(exc).__name__}: {text}")
+        return sdk_error(
+            anthropic, exc, name=self.name, where=self.base_url or "api.anthropic.com", timeout=self.timeout,
+            secret=self._secret, hints=_HINTS, detail=_detail, unreachable="check the network",
+        )  # fmt: skip
 
 
 _HINTS = {

@@ -236,6 +236,41 @@ def kind_for_status(status: int) -> ErrorKind:
     return "bad_request"
 
 
+def sdk_error(
+    sdk: Any,
+    exc: Exception,
+    *,
+    name: str,
+    where: str,
+    timeout: float,
+    secret: str | None,
+    hints: Mapping[str, str],
+    detail: Callable[[Any], str | None],
+    unreachable: str,
+) -> ProviderError:
+    """An official SDK's exception as a `ProviderError`. The openai and anthropic SDKs share their
+    exception classes' names (APITimeoutError, APIConnectionError, APIStatusError, ...); `sdk` is the
+    module, `detail` reads the error body's message, and every text is scrubbed of the key."""
+    text = scrub(str(exc), secret)
+    if isinstance(exc, sdk.APITimeoutError):
+        return ProviderError("timeout", f"{name}: no answer within {timeout:g} s", hint="raise the timeout")
+    if isinstance(exc, sdk.APIConnectionError):
+        return ProviderError("server", f"{name}: cannot reach {where}: {text}", hint=unreachable)
+    if isinstance(exc, sdk.APIStatusError):
+        status = exc.status_code
+        kind = kind_for_status(status)
+        return ProviderError(
+            kind,
+            f"{name}: HTTP {status} from {where}: {scrub(detail(exc) or text, secret)}",
+            hint=hints.get(kind),
+            status=status,
+            retry_after=parse_retry_after(exc.response.headers),
+        )
+    if isinstance(exc, sdk.APIResponseValidationError):
+        return ProviderError("malformed", f"{name}: the response did not parse: {text}")
+    return ProviderError("server", f"{name}: {type(exc).__name__}: {text}")
+
+
 # --- accounting --------------------------------------------------------------------------------------
 
 

@@ -34,9 +34,7 @@ from kernelevolve.synth.providers.base import (
     ToolCall,
     ToolSpec,
     Usage,
-    kind_for_status,
-    parse_retry_after,
-    scrub,
+    sdk_error,
     with_retries,
 )
 
@@ -200,30 +198,10 @@ class OpenAIChat:
     def _error(self, exc: Exception) -> ProviderError:
         import openai
 
-        text = scrub(str(exc), self._secret)
-        where = self.base_url or "api.openai.com"
-        if isinstance(exc, openai.APITimeoutError):
-            return ProviderError(
-                "timeout", f"{self.name}: no answer within {self.timeout:g} s", hint="raise the timeout"
-            )
-        if isinstance(exc, openai.APIConnectionError):
-            return ProviderError(
-                "server", f"{self.name}: cannot reach {where}: {text}", hint="is the server up?"
-            )
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            kind = kind_for_status(status)
-            detail = scrub(_detail(exc) or text, self._secret)
-            return ProviderError(
-                kind,
-                f"{self.name}: HTTP {status} from {where}: {detail}",
-                hint=_HINTS.get(kind),
-                status=status,
-                retry_after=parse_retry_after(exc.response.headers),
-            )
-        if isinstance(exc, openai.APIResponseValidationError):
-            return ProviderError("malformed", f"{self.name}: the response did not parse: {text}")
-        return ProviderError("server", f"{self.name}: {type(exc).__name__}: {text}")
+        return sdk_error(
+            openai, exc, name=self.name, where=self.base_url or "api.openai.com", timeout=self.timeout,
+            secret=self._secret, hints=_HINTS, detail=_detail, unreachable="is the server up?",
+        )  # fmt: skip
 
 
 _HINTS = {
