@@ -241,7 +241,9 @@ def test_tune_searches_a_users_declared_tunables_per_shape(tmp_path: Path) -> No
     templates, why = templates_for(load_spec(spec_path), "cpu", ("c",))
     assert templates, why
     kernel = tmp_path / "my_kernel.py"  # stands in for a user's own kernel with declared knobs
-    kernel.write_text(templates[0].source)
+    kernel.write_text(
+        "# my kernel: tuned, never replaced by the tuner's own templates\n" + templates[0].source
+    )
     declared, start_config = tunables.read(kernel.read_text())  # type: ignore[misc]
     settings = replace(cpu_settings(tmp_path, suspicious_speedup=50.0), workspace=tmp_path / "ws")
     result = tune(spec_path, kernel, settings, SearchConfig(policy="greedy"), Limits(budget=2))
@@ -251,7 +253,9 @@ def test_tune_searches_a_users_declared_tunables_per_shape(tmp_path: Path) -> No
         assert row["config"] is not None and all(row["config"][k] in declared[k] for k in declared)
         with Workspace.open(tmp_path / "ws") as w:
             first = w.nodes(row["run_id"])[0]
+            sources = [n["source"] for n in w.nodes(row["run_id"])]
         assert first["source"] == kernel.read_text()  # the user's kernel is the seed, as written
+        assert all(src.startswith("# my kernel") for src in sources)  # and only its configurations
 
     plain = tmp_path / "plain.py"
     plain.write_text(C_SOFTMAX)

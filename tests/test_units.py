@@ -392,3 +392,19 @@ def test_lease_is_freed_when_its_holder_dies(tmp_path: Path) -> None:
     lease = DeviceLease("cuda0", tmp_path).acquire()
     lease.release()
     lease.release()  # a second release is a no-op
+
+
+def test_graph_choice_follows_the_baselines_and_a_pin() -> None:
+    from kernelevolve.evaluate.timing import TimingPlan, use_graphs
+
+    plan = TimingPlan(budget_s=1, min_trials=1, max_trials=2, warmup=1, graph_threshold_s=50e-6,
+                      checked_fraction=0, allow_graphs=True)  # fmt: skip
+    fast_baselines = {"eager": [8e-6, 7e-6], "compile": [6e-6], "candidate": [120e-6]}
+    assert use_graphs(fast_baselines, "candidate", plan)  # a slow candidate does not switch graphs off
+    slow_baselines = {"eager": [300e-6], "compile": [250e-6], "candidate": [5e-6]}
+    assert not use_graphs(slow_baselines, "candidate", plan)  # nor does a fast one switch them on
+    assert use_graphs({"eager": [10e-6]}, None, plan)  # baselines timed alone
+    from dataclasses import replace
+
+    assert not use_graphs(fast_baselines, "candidate", replace(plan, graphs=False))  # pinned by the pool
+    assert use_graphs(slow_baselines, "candidate", replace(plan, graphs=True))

@@ -202,6 +202,17 @@ class TimingPlan:
         )
 
 
+def use_graphs(estimates: dict[str, list[float]], candidate: str | None, plan: TimingPlan) -> bool:
+    """Whether a shape is timed as CUDA graphs: as pinned by the caller, else whether the fastest
+    baseline's single call is under the threshold. Never from the candidate's time: a slow candidate
+    must not change how the baselines it is compared against are timed."""
+    if plan.graphs is not None:
+        return plan.graphs
+    baselines = [min(ts) for name, ts in estimates.items() if name != candidate and ts]
+    fastest = min(baselines, default=min((min(ts) for ts in estimates.values() if ts), default=0.0))
+    return fastest < plan.graph_threshold_s
+
+
 def time_shape(
     callees: list[Callee],
     timer: Timer,
@@ -233,13 +244,7 @@ def time_shape(
             timer.flush()
             t, _, _, _ = timer.time_call(c.call, snapshot=False)
             estimates[c.name].append(t)
-    # The method is chosen from the baselines alone, never from the candidate: a slow candidate must
-    # not change how the baselines it is compared against are timed.
-    baselines = {
-        name: min(ts) for name, ts in estimates.items() if candidate is None or name != candidate.name
-    }
-    use_graphs = plan.graphs if plan.graphs is not None else min(baselines.values()) < plan.graph_threshold_s
-    if plan.allow_graphs and use_graphs:
+    if plan.allow_graphs and use_graphs(estimates, candidate.name if candidate else None, plan):
         try:
             for c in callees:
                 c.capture(torch)

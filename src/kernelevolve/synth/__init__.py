@@ -47,7 +47,10 @@ def create(
     if cfg.name == "tuner":
         from kernelevolve.synth.tuner.driver import OfflineTuner
 
-        return OfflineTuner(spec, platform, tuple(kinds), extra_seeds=list(extra_seeds or []))
+        # With seeds (`kernelevolve tune`), the user's kernels are what is tuned, not the templates.
+        return OfflineTuner(
+            spec, platform, tuple(kinds), extra_seeds=list(extra_seeds or []), templates=not extra_seeds
+        )
     if cfg.name == "agent":
         from kernelevolve.synth.agent import ExternalAgent
 

@@ -125,11 +125,15 @@ class OfflineTuner:
         platform: str,
         kinds: Iterable[str] = (),
         extra_seeds: Sequence[tuple[str, str]] = (),
+        templates: bool = True,
     ):
+        """`templates=False` works on the extra seeds alone (`kernelevolve tune`: the user's kernel,
+        not the tuner's own)."""
         self.spec = spec
         self.platform = platform
         self.kinds = tuple(kinds)
         self.extra_seeds = list(extra_seeds)
+        self.templates = templates
         self._lock = threading.Lock()
         self._bases: list[_Base] | None = None
         self._why = ""  # why there is no template, if there is none
@@ -141,7 +145,9 @@ class OfflineTuner:
         """Recognize the reference and generate the templates, once (under the lock)."""
         if self._bases is not None:
             return self._bases
-        templates, self._why = templates_for(self.spec, self.platform, self.kinds)
+        templates, self._why = (
+            templates_for(self.spec, self.platform, self.kinds) if self.templates else ([], "")
+        )
         bases = [_Base(t.template, t.source, dict(t.tunables), dict(t.config), "template") for t in templates]
         for label, source in self.extra_seeds:
             try:
