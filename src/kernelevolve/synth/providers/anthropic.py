@@ -26,12 +26,11 @@ from kernelevolve.synth.providers.base import (
     Message,
     ProviderError,
     Reply,
+    SdkChat,
     StopReason,
     ToolCall,
     ToolSpec,
     Usage,
-    sdk_error,
-    with_retries,
 )
 
 INSTALL_HINT = "pip install 'kernelevolve[anthropic]'  (or: pip install anthropic)"
@@ -44,10 +43,32 @@ _STOP: dict[str, StopReason] = {
 DEFAULT_CONTEXT = 200_000
 
 
-class AnthropicChat:
+_HINTS = {
+    "auth": "check ANTHROPIC_API_KEY (or api_key)",
+    "rate_limit": "still rate limited after retries: lower the concurrency or raise max_retries",
+    "bad_request": "the API refused the request (model name, context length, or an unsupported parameter)",
+    "server": "the API failed or is overloaded; try again later",
+}
+
+
+def _detail(exc: Any) -> str | None:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return f"{err.get('type', 'error')}: {err['message']}"
+    return None
+
+
+class AnthropicChat(SdkChat):
     """A Claude model behind the Anthropic API."""
 
     provider = "anthropic"
+    sdk = "anthropic"
+    host = "api.anthropic.com"
+    unreachable = "check the network"
+    hints = _HINTS
+    detail = staticmethod(_detail)
 
     def __init__(
         self,
@@ -88,10 +109,6 @@ class AnthropicChat:
         self.context_tokens = context_tokens or DEFAULT_CONTEXT
         self._sleep = sleep
 
-    def __repr__(self) -> str:
-        where = f", base_url={self.base_url!r}" if self.base_url else ""
-        return f"AnthropicChat(model={self.model!r}{where})"
-
     # -- request ---------------------------------------------------------------------------------------
 
     def request_body(
@@ -111,20 +128,8 @@ class AnthropicChat:
             ]
         return body
 
-    def complete(
-        self, messages: list[Message], tools: list[ToolSpec] | None = None, max_tokens: int = 4096
-    ) -> Reply:
-        body = self.request_body(messages, tools if self.supports_tools else None, max_tokens)
-        return with_retries(
-            lambda: self._call(body), what=self.name, max_retries=self.max_retries, sleep=self._sleep
-        )
-
-    def _call(self, body: dict[str, Any]) -> Reply:
-        try:
-            response = self._client.messages.create(**body)
-        except Exception as exc:
-            raise self._error(exc) from None
-        return self._parse(response)
+    def _create(self, body: dict[str, Any]) -> Any:
+        return self._client.messages.create(**body)
 
     # -- response --------------------------------------------------------------------------------------
 
@@ -157,31 +162,6 @@ class AnthropicChat:
             raw_stop_reason=stop,
             model=getattr(response, "model", "") or self.model,
         )
-
-    def _error(self, exc: Exception) -> ProviderError:
-        import anthropic
-
-        return sdk_error(
-            anthropic, exc, name=self.name, where=self.base_url or "api.anthropic.com", timeout=self.timeout,
-            secret=self._secret, hints=_HINTS, detail=_detail, unreachable="check the network",
-        )  # fmt: skip
-
-
-_HINTS = {
-    "auth": "check ANTHROPIC_API_KEY (or api_key)",
-    "rate_limit": "still rate limited after retries: lower the concurrency or raise max_retries",
-    "bad_request": "the API refused the request (model name, context length, or an unsupported parameter)",
-    "server": "the API failed or is overloaded; try again later",
-}
-
-
-def _detail(exc: Any) -> str | None:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and err.get("message"):
-            return f"{err.get('type', 'error')}: {err['message']}"
-    return None
 
 
 def _to_anthropic(messages: list[Message]) -> list[dict[str, Any]]:

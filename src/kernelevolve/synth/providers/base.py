@@ -236,6 +236,63 @@ def kind_for_status(status: int) -> ErrorKind:
     return "bad_request"
 
 
+class SdkChat:
+    """What the SDK-backed providers share: one request body, sent with retries and backoff, its
+    errors mapped to `ProviderError`s, its response parsed. A subclass sets `sdk` (the module name),
+    `host`, `unreachable`, `hints` and `detail`, builds `self._client`, and defines `request_body`,
+    `_create` (one SDK call) and `_parse`."""
+
+    sdk: str
+    host: str
+    unreachable: str
+    hints: Mapping[str, str]
+    detail: Callable[[Any], str | None]
+    model: str
+    name: str
+    base_url: str | None
+    timeout: float
+    max_retries: int
+    supports_tools: bool
+    _secret: str | None
+    _sleep: Callable[[float], None]
+
+    def __repr__(self) -> str:
+        where = f", base_url={self.base_url!r}" if self.base_url else ""
+        return f"{type(self).__name__}(model={self.model!r}{where})"
+
+    def request_body(
+        self, messages: list[Message], tools: list[ToolSpec] | None, max_tokens: int
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _create(self, body: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _parse(self, response: Any) -> Reply:
+        raise NotImplementedError
+
+    def complete(
+        self, messages: list[Message], tools: list[ToolSpec] | None = None, max_tokens: int = 4096
+    ) -> Reply:
+        body = self.request_body(messages, tools if self.supports_tools else None, max_tokens)
+        return with_retries(
+            lambda: self._call(body), what=self.name, max_retries=self.max_retries, sleep=self._sleep
+        )
+
+    def _call(self, body: dict[str, Any]) -> Reply:
+        try:
+            response = self._create(body)
+        except Exception as exc:
+            import importlib
+
+            raise sdk_error(
+                importlib.import_module(self.sdk), exc, name=self.name, where=self.base_url or self.host,
+                timeout=self.timeout, secret=self._secret, hints=self.hints, detail=type(self).detail,
+                unreachable=self.unreachable,
+            ) from None  # fmt: skip
+        return self._parse(response)
+
+
 def sdk_error(
     sdk: Any,
     exc: Exception,

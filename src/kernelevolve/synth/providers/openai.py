@@ -30,12 +30,11 @@ from kernelevolve.synth.providers.base import (
     Message,
     ProviderError,
     Reply,
+    SdkChat,
     StopReason,
     ToolCall,
     ToolSpec,
     Usage,
-    sdk_error,
-    with_retries,
 )
 
 INSTALL_HINT = "pip install 'kernelevolve[openai]'  (or: pip install openai)"
@@ -58,10 +57,34 @@ def context_for(model: str) -> int:
     return DEFAULT_CONTEXT
 
 
-class OpenAIChat:
+_HINTS = {
+    "auth": "check OPENAI_API_KEY (or api_key); a local server needs base_url",
+    "rate_limit": "still rate limited after retries: lower the concurrency or raise max_retries",
+    "bad_request": "the server refused the request (model name, context length, or an unsupported parameter)",
+    "server": "the server failed; try again later",
+}
+
+
+def _detail(exc: Any) -> str | None:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+    return None
+
+
+class OpenAIChat(SdkChat):
     """A chat model behind the OpenAI API or an OpenAI-compatible server."""
 
     provider = "openai"
+    sdk = "openai"
+    host = "api.openai.com"
+    unreachable = "is the server up?"
+    hints = _HINTS
+    detail = staticmethod(_detail)
 
     def __init__(
         self,
@@ -106,10 +129,6 @@ class OpenAIChat:
         self.token_param = token_param or ("max_completion_tokens" if base_url is None else "max_tokens")
         self._sleep = sleep
 
-    def __repr__(self) -> str:
-        where = f", base_url={self.base_url!r}" if self.base_url else ""
-        return f"OpenAIChat(model={self.model!r}{where})"
-
     # -- request ---------------------------------------------------------------------------------------
 
     def request_body(
@@ -130,20 +149,8 @@ class OpenAIChat:
             ]
         return body
 
-    def complete(
-        self, messages: list[Message], tools: list[ToolSpec] | None = None, max_tokens: int = 4096
-    ) -> Reply:
-        body = self.request_body(messages, tools if self.supports_tools else None, max_tokens)
-        return with_retries(
-            lambda: self._call(body), what=self.name, max_retries=self.max_retries, sleep=self._sleep
-        )
-
-    def _call(self, body: dict[str, Any]) -> Reply:
-        try:
-            response = self._client.chat.completions.create(**body)
-        except Exception as exc:
-            raise self._error(exc) from None
-        return self._parse(response)
+    def _create(self, body: dict[str, Any]) -> Any:
+        return self._client.chat.completions.create(**body)
 
     # -- response --------------------------------------------------------------------------------------
 
@@ -194,33 +201,6 @@ class OpenAIChat:
                 "malformed", f"{self.name} called {tool!r} with arguments that are not a JSON object"
             )
         return args
-
-    def _error(self, exc: Exception) -> ProviderError:
-        import openai
-
-        return sdk_error(
-            openai, exc, name=self.name, where=self.base_url or "api.openai.com", timeout=self.timeout,
-            secret=self._secret, hints=_HINTS, detail=_detail, unreachable="is the server up?",
-        )  # fmt: skip
-
-
-_HINTS = {
-    "auth": "check OPENAI_API_KEY (or api_key); a local server needs base_url",
-    "rate_limit": "still rate limited after retries: lower the concurrency or raise max_retries",
-    "bad_request": "the server refused the request (model name, context length, or an unsupported parameter)",
-    "server": "the server failed; try again later",
-}
-
-
-def _detail(exc: Any) -> str | None:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
-    return None
 
 
 def _to_openai(m: Message) -> dict[str, Any]:
