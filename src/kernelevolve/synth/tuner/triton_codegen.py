@@ -40,23 +40,20 @@ from kernelevolve.synth.tuner.triton_common import (
     HELPERS,
     PRECISIONS,
     CodegenError,
-    Names,
     Parts,
-    check_graph,
     forward_args,
     helpers_for,
     jit_function,
     kernel_params,
     launch_args,
     load,
-    needed,
     op_expr,
     outputs_tuple,
     pick,
     pow2_at_least,
+    prepare,
     prologue,
     store,
-    used_tensors,
 )
 from kernelevolve.synth.tuner.tunables import TunablesError, format_config
 
@@ -74,11 +71,7 @@ _WARPS = [1, 2, 4, 8, 16]
 
 
 def _elementwise(graph: OpGraph, precision: str, persistent: bool) -> Parts:
-    check_graph(graph, "elementwise")
-    names = Names(graph)
-    live = needed(graph, graph.outputs)
-    tensors = used_tensors(graph, live)
-    ops = [op for op in graph.ops if op.out in live]
+    names, tensors, ops = prepare(graph, "elementwise")
     kname = "_ew_persistent_kernel" if persistent else "_ew_kernel"
     params = [*kernel_params(tensors, graph, names), "n", "cols"]
     params += ["BLOCK: tl.constexpr", "ITERS: tl.constexpr", "IDX64: tl.constexpr"]
@@ -155,11 +148,7 @@ def _elementwise(graph: OpGraph, precision: str, persistent: bool) -> Parts:
 def _elementwise_2d(graph: OpGraph, precision: str) -> Parts:
     """[BLOCK_R, BLOCK_C] tiles over (rows, cols): row and column indices without integer division,
     for graphs that broadcast per-row or per-column tensors."""
-    check_graph(graph, "elementwise")
-    names = Names(graph)
-    live = needed(graph, graph.outputs)
-    tensors = used_tensors(graph, live)
-    ops = [op for op in graph.ops if op.out in live]
+    names, tensors, ops = prepare(graph, "elementwise")
     params = [*kernel_params(tensors, graph, names), "rows", "cols"]
     params += ["BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr", "IDX64: tl.constexpr"]
     body = [

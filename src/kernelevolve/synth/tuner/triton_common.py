@@ -243,6 +243,13 @@ def used_tensors(graph: OpGraph, values: set[str]) -> list[TensorArg]:
     return [t for t in graph.tensors if t.name in values]
 
 
+def prepare(graph: OpGraph, pattern: str) -> tuple[Names, list[TensorArg], list[Op]]:
+    """A checked graph's names, and the tensors and ops its outputs need (dead values dropped)."""
+    check_graph(graph, pattern)
+    live = needed(graph, graph.outputs)
+    return Names(graph), used_tensors(graph, live), [op for op in graph.ops if op.out in live]
+
+
 # -- loads and stores -------------------------------------------------------------------------------
 
 

@@ -26,7 +26,6 @@ from kernelevolve.synth.tuner.triton_common import (
     POS_INF,
     Names,
     Parts,
-    check_graph,
     forward_args,
     helpers_for,
     jit_function,
@@ -34,14 +33,13 @@ from kernelevolve.synth.tuner.triton_common import (
     launch_args,
     literal,
     load,
-    needed,
     op_expr,
     outputs_tuple,
     pick,
     pow2_at_least,
+    prepare,
     prologue,
     store,
-    used_tensors,
 )
 
 MAX_SINGLE_PASS_COLS = 16384
@@ -57,11 +55,7 @@ _WARPS = [1, 2, 4, 8, 16]
 
 
 def build(graph: OpGraph, precision: str, looped: bool) -> Parts:
-    check_graph(graph, "row")
-    names = Names(graph)
-    live = needed(graph, graph.outputs)
-    tensors = used_tensors(graph, live)
-    ops = [op for op in graph.ops if op.out in live]
+    names, tensors, ops = prepare(graph, "row")
     kname = "_row_looped_kernel" if looped else "_row_kernel"
     width = "CHUNK" if looped else "BLOCK_C"
     params = [
