@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -200,3 +201,37 @@ def test_run_ids_resolve_by_prefix(ws_with_run: tuple[Workspace, str]) -> None:
     assert ws.resolve_run(run_id[:3]) == run_id
     with pytest.raises(WorkspaceError, match="no run"):
         ws.resolve_run("zzzz")
+
+
+def _final(shapes: list[tuple[str, float, float, float, float]]) -> Any:
+    """A re-measured verdict: per shape (name, candidate us, eager us, compile us, spread)."""
+    from kernelevolve.evaluate.verdict import ShapeResult, Status, TimeStats, Verdict
+
+    def stats(us: float, spread: float) -> TimeStats:
+        return TimeStats(
+            median_s=us * 1e-6, p25_s=us * 1e-6, p75_s=us * 1e-6, min_s=us * 1e-6, n=50, spread=spread
+        )
+
+    out = []
+    for name, cand, eager, comp, spread in shapes:
+        out.append(ShapeResult(name=name, weight=1.0, correct=True, candidate=stats(cand, spread),
+                               eager=stats(eager, spread), compile=stats(comp, spread),
+                               speedup_vs_eager=eager / cand, speedup_vs_compile=comp / cand))  # fmt: skip
+    return Verdict(status=Status.OK, correct=True, timed=True, shapes=out)
+
+
+def test_dispatch_uses_a_kernel_only_where_it_beats_eager_beyond_the_noise() -> None:
+    from kernelevolve.search.engine import dispatch_table
+
+    finals = {
+        7: _final([("fast", 10.0, 30.0, 12.0, 0.01), ("noisy", 10.0, 10.4, 10.0, 0.05)]),
+        # 1.4x faster than torch.compile, yet slower than eager: the export's fallback is eager
+        9: _final([("trap", 100.0, 88.0, 140.0, 0.01)]),
+    }
+    table = dispatch_table(
+        ["fast", "noisy", "trap", "unseen"], {"fast": 7, "noisy": 7, "trap": 9}, finals, 0.01
+    )
+    assert table["fast"]["node"] == 7
+    assert table["noisy"]["node"] is None and table["noisy"]["candidate_node"] == 7  # +4% inside a 5% spread
+    assert table["trap"]["node"] is None
+    assert table["unseen"] == {"node": None}

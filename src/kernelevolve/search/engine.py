@@ -14,7 +14,7 @@ from their stored source. A lock file keeps two processes from driving one run.
 
 At the end, the winners are re-measured in fresh workers (the number reported is never the lucky one
 found during the search): the best node overall, and per shape the node fastest at that shape. The
-export dispatches each shape to its re-measured winner where it beats the baseline beyond the noise,
+export dispatches each shape to its re-measured winner where it beats eager beyond the noise,
 and to the reference everywhere else.
 
 Deliberately not here: how candidates are written (`kernelevolve.synth`), how they are judged
@@ -143,6 +143,34 @@ class RunLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def dispatch_table(
+    shapes: list[str], winners: dict[str, int], finals: dict[int, Verdict], min_gain: float
+) -> dict[str, dict[str, Any]]:
+    """Per shape: the re-measured winner where it beats eager beyond the noise, else the
+    reference. Each entry: node (or None), speedups, time, roofline fraction."""
+    out: dict[str, dict[str, Any]] = {}
+    for shape in shapes:
+        entry: dict[str, Any] = {"node": None}
+        node_id = winners.get(shape)
+        v = finals.get(node_id) if node_id is not None else None
+        s = next((x for x in v.shapes if x.name == shape), None) if v is not None and v.ok else None
+        if s is not None and s.candidate is not None:
+            sp = s.speedup_vs_eager
+            noise = max(s.candidate.spread, s.eager.spread if s.eager else 0.0, min_gain)
+            entry = {
+                "node": node_id if sp is not None and sp > 1 + noise else None,
+                "candidate_node": node_id,
+                "time_us": s.candidate.median_s * 1e6,
+                "speedup_vs_eager": s.speedup_vs_eager,
+                "speedup_vs_compile": s.speedup_vs_compile,
+                "roofline_fraction": s.roofline_fraction,
+                "bound": s.bound,
+                "noise": noise,
+            }
+        out[shape] = entry
+    return out
 
 
 class Engine:
@@ -411,9 +439,7 @@ class Engine:
         best = tree.best(self.search.min_gain)
         baseline = self.ctx.settings.fitness_baseline
         finals: dict[int, Verdict] = {}
-        winners = self._shape_winners(
-            tree, "eager"
-        )  # per shape: the fastest kernel (eager is the common yardstick)
+        winners = self._shape_winners(tree)
         to_measure = ([best.id] if best else []) + [
             n for n in dict.fromkeys(winners.values()) if not best or n != best.id
         ]
@@ -430,7 +456,7 @@ class Engine:
         if best is not None and best.source is not None:
             best_path = out / "best.py"
             best_path.write_text(best.source)
-        dispatch = self._dispatch(tree, winners, finals, baseline)
+        dispatch = dispatch_table(self.ctx.shapes or self.spec.names, winners, finals, self.search.min_gain)
         final = finals.get(best.id) if best else None
         summary = self._summary(tree, best, final, reason, best_path, dispatch, baseline)
         summary["export"] = self._export(tree, dispatch)
@@ -440,45 +466,18 @@ class Engine:
         self.ws.update_run(self.run_id, summary=summary)
         return summary
 
-    def _shape_winners(self, tree: Tree, baseline: str) -> dict[str, int]:
-        """Per shape, the ok node fastest at that shape against the fitness baseline."""
+    # The export falls back to the reference run eagerly, so per-shape choices are made against eager,
+    # whatever the run's fitness baseline.
+
+    def _shape_winners(self, tree: Tree) -> dict[str, int]:
+        """Per shape, the ok node fastest at that shape against eager."""
         winners: dict[str, tuple[float, int]] = {}
         for n in tree.ok():
             for s in (n.verdict or {}).get("shapes", []):
-                sp = s.get(f"speedup_vs_{baseline}")
+                sp = s.get("speedup_vs_eager")
                 if sp is not None and sp > winners.get(s["name"], (0.0, 0))[0]:
                     winners[s["name"]] = (sp, n.id)
         return {name: node for name, (_, node) in winners.items()}
-
-    def _dispatch(
-        self, tree: Tree, winners: dict[str, int], finals: dict[int, Verdict], baseline: str
-    ) -> dict[str, dict[str, Any]]:
-        """Per shape: the re-measured winner where it beats the reference (eager: what the export
-        falls back to) beyond the noise, else the reference. Each entry: node (or None), speedups,
-        time, roofline fraction."""
-        baseline = "eager"  # the export's fallback runs the reference eagerly
-        out: dict[str, dict[str, Any]] = {}
-        for shape in self.ctx.shapes or self.spec.names:
-            entry: dict[str, Any] = {"node": None}
-            node_id = winners.get(shape)
-            v = finals.get(node_id) if node_id is not None else None
-            s = next((x for x in v.shapes if x.name == shape), None) if v is not None and v.ok else None
-            if s is not None and s.candidate is not None:
-                base = getattr(s, baseline)
-                sp = getattr(s, f"speedup_vs_{baseline}")
-                noise = max(s.candidate.spread, base.spread if base else 0.0, self.search.min_gain)
-                entry = {
-                    "node": node_id if sp is not None and sp > 1 + noise else None,
-                    "candidate_node": node_id,
-                    "time_us": s.candidate.median_s * 1e6,
-                    "speedup_vs_eager": s.speedup_vs_eager,
-                    "speedup_vs_compile": s.speedup_vs_compile,
-                    "roofline_fraction": s.roofline_fraction,
-                    "bound": s.bound,
-                    "noise": noise,
-                }
-            out[shape] = entry
-        return out
 
     def _summary(
         self, tree: Tree, best: Any, final: Verdict | None, reason: str, best_path: Path | None,
@@ -546,7 +545,7 @@ class Engine:
             node_id = entry.get("node")
             if node_id is not None and tree[node_id].source:
                 variants[shape] = (str(tree[node_id].source), f"node-{node_id}")
-                speedups[shape] = entry.get(f"speedup_vs_{self.ctx.settings.fitness_baseline}") or 0.0
+                speedups[shape] = entry.get("speedup_vs_eager") or 0.0
         from kernelevolve.export import export_dispatch
 
         device_type = "cuda" if self.ctx.platform.name in ("cuda", "rocm") else "cpu"
@@ -573,4 +572,4 @@ class Engine:
         return {k: str(v) for k, v in paths.items()}
 
 
-__all__ = ["Engine", "EngineContext", "EngineTools", "RunLock", "describe_verdict"]
+__all__ = ["Engine", "EngineContext", "EngineTools", "RunLock", "describe_verdict", "dispatch_table"]
