@@ -261,3 +261,30 @@ def test_tune_searches_a_users_declared_tunables_per_shape(tmp_path: Path) -> No
     plain.write_text(C_SOFTMAX)
     with pytest.raises(SpecError, match="declares no tunables"):
         tune(spec_path, plain, settings, SearchConfig(), Limits(budget=2))
+
+
+def test_ctrl_c_stops_the_run_cleanly_and_names_it(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    env = {**os.environ, **FAST_ENV, "KERNELEVOLVE_WORKSPACE": str(ws)}
+    args = ["optimize", str(SPECS / "ew_chain.py"), "--platform", "cpu", "--budget", "20", "--parallel", "1"]
+    proc = subprocess.Popen([sys.executable, "-m", "kernelevolve.cli", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    db = ws / "kernelevolve.db"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                try:
+                    if conn.execute("SELECT count(*) FROM nodes WHERE state = 'evaluated'").fetchone()[0]:
+                        break
+                except sqlite3.OperationalError:
+                    continue
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stderr[-2000:]
+    with Workspace.open(ws) as w:
+        run = w.runs()[0]
+    assert run["status"] == "stopped"
+    assert f"kernelevolve resume {run['run_id']}" in stderr

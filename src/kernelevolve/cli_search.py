@@ -25,9 +25,13 @@ PolicyOpt = Annotated[
 ]
 
 
-def _search_progress() -> Any:
+def _search_progress(state: dict[str, Any] | None = None) -> Any:
+    """Progress lines on stderr; the run's id is kept in `state["run_id"]` for the interrupt message."""
+    state = state if state is not None else {}
+
     def on_event(event: str, data: dict[str, Any]) -> None:
         if event == "run":
+            state["run_id"] = data["run_id"]
             shape = f" (shape {data['shape']})" if data.get("shape") else ""
             err.print(f"[bold]run {data['run_id']}[/]{escape(shape)}")
         elif event == "resume":
@@ -64,6 +68,12 @@ def _search_progress() -> Any:
             err.print(f"[dim]re-measuring node {data['node']} in a fresh worker[/]")
 
     return on_event
+
+
+def _interrupted(run_id: str | None) -> typer.Exit:
+    what = f"kernelevolve resume {run_id}" if run_id else "kernelevolve runs` and `kernelevolve resume RUN"
+    err.print(f"[yellow]interrupted: the run is stored; continue it with `{escape(what)}`[/]")
+    return typer.Exit(130)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -200,6 +210,7 @@ def optimize(
     from kernelevolve.search.policies import SearchConfig
     from kernelevolve.synth import SynthConfig
 
+    state: dict[str, Any] = {}
     try:
         settings = _settings(
             workspace, platform=platform, device=device, fitness_baseline=baseline, workers=workers,
@@ -211,13 +222,12 @@ def optimize(
         ).validate()  # fmt: skip
         limits = _limits(budget, wall, max_tokens, max_usd, patience, target)
         synth = SynthConfig(name=llm or "tuner", base_url=base_url, single_shot=single_shot)
-        summary = jobs.optimize(spec, settings, search, limits, synth, on_event=_search_progress())
+        summary = jobs.optimize(spec, settings, search, limits, synth, on_event=_search_progress(state))
     except KernelevolveError as exc:
         _fail(exc)
         return
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted: the run is stored; continue it with `kernelevolve resume RUN`[/]")
-        raise typer.Exit(130) from None
+        raise _interrupted(state.get("run_id")) from None
     _emit(summary, as_json)
 
 
@@ -253,8 +263,7 @@ def resume(
         _fail(exc)
         return
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted: the run is stored; continue it with `kernelevolve resume RUN`[/]")
-        raise typer.Exit(130) from None
+        raise _interrupted(run) from None
     _emit(summary, as_json)
 
 
