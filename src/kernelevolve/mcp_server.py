@@ -128,13 +128,18 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
     async def search_knowledge(
         query: str, platform_name: str | None = None, limit: int = 5
     ) -> list[dict[str, Any]]:
-        """Knowledge snippets (hardware, guidance, constraints) matching a query."""
-        from kernelevolve.knowledge import builtin
+        """Knowledge documents (constraints, guidance, hardware, code samples, verified skills) for a query."""
+        from kernelevolve.knowledge import KnowledgeBase
+        from kernelevolve.store import Workspace
 
-        return [
-            {"doc": s.doc, "title": s.title, "text": s.text}
-            for s in builtin.search(query, platform=platform_name or platform, limit=limit)
-        ]
+        def go() -> list[dict[str, Any]]:
+            with Workspace.open(workspace) as ws:
+                hits = KnowledgeBase(ws).search(query, platform=platform_name or platform, limit=limit)
+            return [{"doc": h.doc.id, "title": h.doc.title, "category": h.doc.category, "text": h.doc.body}
+                    for h in hits]  # fmt: skip
+
+        found: list[dict[str, Any]] = await call(go)
+        return found
 
     @server.tool()
     async def finish_run(run_id: str) -> dict[str, Any]:

@@ -1,10 +1,12 @@
-"""Knowledge: what a synthesizer may retrieve while it writes a kernel.
+"""Knowledge: the documents a synthesizer retrieves while it writes a kernel, and what runs learn.
 
-For now a small built-in set of specific snippets (`kernelevolve.knowledge.builtin`) searched by
-keyword. The knowledge base proper (markdown documents, a full-text index, skills written back from
-verified improvements) will live beside it and answer the same `search(query, platform, limit)`.
+- `docs.py`: the document format (markdown with front matter) and the shipped documents;
+- `index.py`: the workspace's full-text index and retrieval by runtime signals (`KnowledgeBase`);
+- `skills.py`: improvements distilled from runs, verified, and indexed with their provenance;
+- `patterns.py`: a spec's operator pattern, a retrieval signal and what warm starts match on;
+- `share.py`: a workspace's verified kernels and skills, exported and imported as one file.
 """
 
-from kernelevolve.knowledge.builtin import search
+from kernelevolve.knowledge.index import Hit, KnowledgeBase, Signals
 
-__all__ = ["search"]
+__all__ = ["Hit", "KnowledgeBase", "Signals"]

@@ -217,3 +217,74 @@ def m002_runs_and_nodes(conn: sqlite3.Connection) -> None:
         """,
         "CREATE INDEX idx_nodes_run_state ON nodes (run_id, state)",
     )
+
+
+@migration
+def m003_knowledge(conn: sqlite3.Connection) -> None:
+    """The knowledge base's index, skills, shared kernels, and per-node analyses.
+
+    - `kb_docs` holds every indexed document (shipped, added with `kb add`, or a verified skill) and
+      `kb_fts` its full-text index (FTS5, porter stemming; ranked by BM25). `kb_meta` records which
+      version of the shipped documents is indexed, so an upgrade re-indexes them.
+    - `skills`: improvements distilled from runs, with provenance; `status` is `candidate` until the
+      gain is reproduced (`verified`), and only verified skills are indexed for retrieval.
+    - `shared_kernels`: verified kernels imported from another workspace (warm starts use them).
+    - `nodes.analysis`: what a node tried, what it changed and why it failed or won (context memory);
+      `runs.pattern`: the spec's operator pattern, which warm starts match on.
+    """
+    _run(
+        conn,
+        "ALTER TABLE nodes ADD COLUMN analysis TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE runs ADD COLUMN pattern TEXT NOT NULL DEFAULT ''",
+        """
+        CREATE TABLE kb_docs (
+            id TEXT PRIMARY KEY,
+            title TEXT NOT NULL,
+            category TEXT NOT NULL,
+            platforms TEXT NOT NULL,
+            targets TEXT NOT NULL,
+            tags TEXT NOT NULL,
+            triggers TEXT NOT NULL,
+            level TEXT NOT NULL,
+            origin TEXT NOT NULL,
+            path TEXT NOT NULL,
+            body TEXT NOT NULL,
+            meta_json TEXT NOT NULL,
+            added_at TEXT NOT NULL
+        )
+        """,
+        "CREATE VIRTUAL TABLE kb_fts USING fts5(id UNINDEXED, title, tags, triggers, body, "
+        "tokenize = 'porter unicode61')",
+        "CREATE TABLE kb_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """
+        CREATE TABLE skills (
+            id TEXT PRIMARY KEY,
+            key TEXT NOT NULL,
+            title TEXT NOT NULL,
+            platform TEXT NOT NULL,
+            target TEXT NOT NULL,
+            pattern TEXT NOT NULL,
+            change_json TEXT NOT NULL,
+            text TEXT NOT NULL,
+            status TEXT NOT NULL,
+            provenance_json TEXT NOT NULL,
+            verification_json TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )
+        """,
+        "CREATE INDEX idx_skills_key ON skills (key)",
+        """
+        CREATE TABLE shared_kernels (
+            hash TEXT PRIMARY KEY,
+            spec_fingerprint TEXT NOT NULL,
+            spec_name TEXT NOT NULL,
+            pattern TEXT NOT NULL,
+            platform TEXT NOT NULL,
+            source TEXT NOT NULL,
+            data_json TEXT NOT NULL,
+            origin TEXT NOT NULL,
+            imported_at TEXT NOT NULL
+        )
+        """,
+    )

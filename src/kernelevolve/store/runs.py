@@ -62,16 +62,18 @@ class RunsMixin:
         policy: str,
         config: Mapping[str, Any],
         limits: Mapping[str, Any],
+        pattern: str = "",
     ) -> str:
-        """A new run (status `running`); returns its id."""
+        """A new run (status `running`); returns its id. `pattern` is the spec's operator pattern."""
         run_id = secrets.token_hex(4)
         now = _now()
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO runs (id, spec_fingerprint, spec_path, platform, synthesizer, policy, status, "
-                "config_json, limits_json, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                "config_json, limits_json, pattern, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
                 (run_id, spec_fingerprint, spec_path, platform, synthesizer, policy,
-                 _json(dict(config)), _json(dict(limits)), now, now),
+                 _json(dict(config)), _json(dict(limits)), pattern, now, now),
             )  # fmt: skip
         return run_id
 
@@ -216,6 +218,22 @@ class RunsMixin:
             )  # fmt: skip
             if cur.rowcount != 1:
                 raise WorkspaceError(f"node {node_id} of run {run_id} is not awaiting an evaluation")
+
+    def set_node_analysis(self, run_id: str, node_id: int, analysis: str,
+                          diagnosis: Mapping[str, Any] | None = None) -> None:  # fmt: skip
+        """Record a node's analysis (context memory) and, when given, a refined diagnosis (a
+        profiler's metrics added to it): derived data, written after the node's own transaction."""
+        with self._write() as conn:
+            if diagnosis is None:
+                conn.execute(
+                    "UPDATE nodes SET analysis = ?, updated_at = ? WHERE run_id = ? AND id = ?",
+                    (analysis, _now(), run_id, node_id),
+                )
+            else:
+                conn.execute(
+                    "UPDATE nodes SET analysis = ?, diagnosis_json = ?, updated_at = ? WHERE run_id = ? AND id = ?",
+                    (analysis, _json(dict(diagnosis)), _now(), run_id, node_id),
+                )
 
     def nodes(self, run_id: str, text: bool = False) -> list[dict[str, Any]]:
         """A run's nodes in creation order, with `source` (and with `text`, `prompt` and `response`)

@@ -33,6 +33,7 @@ from typing import Any
 
 from kernelevolve.errors import WorkspaceError
 from kernelevolve.store.blobs import BlobStore
+from kernelevolve.store.knowledge import KnowledgeMixin
 from kernelevolve.store.migrations import migrate
 from kernelevolve.store.runs import RunsMixin, _json, _now
 
@@ -46,7 +47,7 @@ def _parse(row: dict[str, Any], column: str, key: str) -> dict[str, Any]:
     return row
 
 
-class Workspace(RunsMixin):
+class Workspace(RunsMixin, KnowledgeMixin):
     """A workspace folder. Use `Workspace.open(root)`, preferably as a context manager."""
 
     def __init__(self, root: Path, conn: sqlite3.Connection):

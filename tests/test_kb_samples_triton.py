@@ -1,0 +1,206 @@
+"""The knowledge base's Triton samples (`knowledge/docs/samples/triton/<op>.py`): each is a candidate
+for its spec (`samples/specs/<op>.py`) and must stay one.
+
+- CPU (CI): every sample, run under the Triton interpreter on CPU tensors, matches its spec's
+  reference at the spec's first shape, at its CONFIG and at a configuration with every tunable moved.
+  The interpreter is switched on by TRITON_INTERPRET before triton is imported, so all samples run
+  in one subprocess, away from this process (about a minute on two cores).
+- Static: TUNABLES/CONFIG are well formed and rewritable, the source passes the pool's static guards,
+  and each sample's document (`samples/triton-<op>.md`) has the front matter that points at its files.
+- GPU (marker `gpu`): every sample goes through the real harness on CUDA at every shape of its spec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kernelevolve
+from kernelevolve.evaluate import EvaluatorPool, Status
+from kernelevolve.evaluate.pool import static_report
+from kernelevolve.knowledge.docs import doc_from_text
+from kernelevolve.platforms import get_platform
+from kernelevolve.spec import load_spec
+from kernelevolve.synth.tuner import tunables
+from tests.conftest import harness_settings
+
+SAMPLES_DIR = Path(kernelevolve.__file__).parent / "knowledge" / "docs" / "samples"
+OPS = [
+    "bias_gelu",
+    "softmax",
+    "rmsnorm",
+    "linear_relu",
+    "bmm",
+    "conv2d",
+    "attention",
+    "embedding_bag",
+    "bucketize",
+]
+PATTERNS = {
+    "elementwise",
+    "row",
+    "gemm",
+    "batched-gemm",
+    "conv",
+    "attention",
+    "gather",
+    "jagged",
+    "bucketize",
+}
+
+# Interpreter runs: the spec's first shape, updated with these params where the interpreter would be
+# slow at it (it runs every program of the grid in Python, one after another). All run as written now.
+SHRINK: dict[str, dict[str, int]] = {}
+# The interpreter computes tl.dot in fp32 whatever input_precision says, so the tf32 samples are held
+# to fp32-level agreement here; the GPU run applies the harness's own tolerances.
+TOL = {"strict_fp32": 1e-5, "tf32": 1e-4}
+
+
+def _kernel(op: str) -> Path:
+    return SAMPLES_DIR / "triton" / f"{op}.py"
+
+
+def _spec(op: str) -> Path:
+    return SAMPLES_DIR / "specs" / f"{op}.py"
+
+
+_RUNNER = r"""
+import importlib.util, inspect, json, sys
+import torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+def call(fn, params):
+    names = inspect.signature(fn).parameters
+    return fn(**{k: v for k, v in params.items() if k in names})
+
+results = {}
+for i, case in enumerate(json.load(open(sys.argv[1]))):
+    try:
+        ref_mod = load(case["spec"], f"kb_spec_{i}")
+        cand = load(case["candidate"], f"kb_cand_{i}")
+        torch.manual_seed(0)
+        init = call(getattr(ref_mod, "get_init_inputs", lambda: []), case["params"])
+        ref = ref_mod.Model(*init)
+        new = cand.ModelNew(*init)
+        new.load_state_dict(ref.state_dict())
+        inputs = call(ref_mod.get_inputs, case["params"])
+        with torch.no_grad():
+            want, got = ref(*inputs), new(*inputs)
+        assert type(got) is torch.Tensor, f"output is {type(got).__name__}"
+        assert got.shape == want.shape and got.dtype == want.dtype, (
+            f"{got.shape} {got.dtype} vs {want.shape} {want.dtype}"
+        )
+        if want.is_floating_point():
+            torch.testing.assert_close(got, want, rtol=case["tol"], atol=case["tol"])
+        else:
+            assert torch.equal(got, want), f"{int((got != want).sum())} of {want.numel()} ids differ"
+        results[case["op"]] = "ok"
+    except Exception as exc:
+        results[case["op"]] = f"{type(exc).__name__}: {exc}"
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+
+def _other_config(source: str) -> dict[str, Any]:
+    """Every tunable moved off its default, to its first other choice: the kernels must stay correct
+    wherever the tuner takes them, not only at CONFIG."""
+    declared = tunables.read(source)
+    assert declared is not None
+    choices, config = declared
+    return {k: next((c for c in v if c != config[k]), config[k]) for k, v in choices.items()}
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Every sample, at its CONFIG and at another configuration, run under the Triton interpreter in
+    one subprocess: case id ("<op>" or "<op>@other") -> "ok" or the failure."""
+    tmp = tmp_path_factory.mktemp("kb-triton")
+    manifest = []
+    for op in OPS:
+        spec = load_spec(_spec(op))
+        params = {**spec.shapes[0].params, **SHRINK.get(op, {})}
+        source = _kernel(op).read_text()
+        other = tmp / f"{op}_other.py"
+        other.write_text(tunables.write(source, _other_config(source)))
+        for case_id, path in ((op, _kernel(op)), (f"{op}@other", other)):
+            manifest.append(
+                {"op": case_id, "spec": str(_spec(op)), "candidate": str(path), "params": params,
+                 "tol": TOL[spec.precision]}
+            )  # fmt: skip
+    (tmp / "cases.json").write_text(json.dumps(manifest))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNNER, str(tmp / "cases.json"), str(tmp / "results.json")],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((tmp / "results.json").read_text())
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_sample_matches_reference_under_interpreter(op: str, interpreted: dict[str, str]) -> None:
+    assert interpreted[op] == "ok", interpreted[op]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_sample_at_other_config_matches_reference(op: str, interpreted: dict[str, str]) -> None:
+    assert interpreted[f"{op}@other"] == "ok", (
+        _other_config(_kernel(op).read_text()),
+        interpreted[f"{op}@other"],
+    )
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_sample_declares_tunables_and_passes_guards(op: str) -> None:
+    source = _kernel(op).read_text()
+    declared = tunables.read(source)
+    assert declared is not None, "no TUNABLES/CONFIG"
+    choices, config = declared
+    assert set(choices) == set(config)
+    other = {k: v[0] for k, v in choices.items()}  # the tuner can rewrite CONFIG in place
+    assert tunables.read(tunables.write(source, other)) == (choices, other)
+    report = static_report(source, load_spec(_spec(op)), get_platform("cuda"))
+    assert report.ok, (report.syntax_error, report.violations)
+    assert report.kinds == {"triton"}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_sample_document_points_at_its_files(op: str) -> None:
+    path = SAMPLES_DIR / f"triton-{op}.md"
+    doc = doc_from_text(path.read_text(), f"samples/triton-{op}", str(path), "builtin")
+    assert doc.category == "sample" and doc.platforms == ["cuda", "rocm"]
+    assert doc.meta == {"spec": f"specs/{op}.py", "kernel": f"triton/{op}.py"}
+    assert _spec(op).is_file() and _kernel(op).is_file()
+    assert set(doc.triggers) & PATTERNS, "no operator-pattern trigger"
+    assert doc.title and doc.tags
+    assert 120 <= len(doc.body.split()) <= 400, len(doc.body.split())
+
+
+# -- GPU --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_sample_is_ok_on_cuda(op: str, tmp_path: Path) -> None:
+    """The real harness at every shape: correct, guarded, timed against eager."""
+    settings = harness_settings(tmp_path, "cuda", timing_budget_s=0.3, compile_timeout_s=120)
+    spec = load_spec(_spec(op))
+    with EvaluatorPool(spec, get_platform("cuda"), settings) as pool:
+        v = pool.evaluate_one(_kernel(op).read_text(), "sample.py")
+    per_shape = {s.name: s.speedup_vs_eager for s in v.shapes}
+    summary = f"{op}: {v.status} speedup_vs_eager {v.speedup_vs_eager} per shape {per_shape}"
+    print(summary)
+    assert v.status == Status.OK, f"{summary}: {v.message}"
+    assert set(per_shape) == {s.name for s in spec.shapes}, summary
+    assert v.speedup_vs_eager is not None, summary
