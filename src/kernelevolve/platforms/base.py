@@ -30,6 +30,7 @@ class HardwareProfile:
     method: str = ""
     measured_at: str = ""
     versions: dict[str, str | None] = field(default_factory=dict)
+    target: str = ""  # e.g. "cuda:sm90", "cpu:x86_64-avx2": what hardware documents are matched on
 
     def peak_flops(self, cls: str, datasheet: bool = False) -> float | None:
         table = self.datasheet_flops if datasheet else self.flops
@@ -166,6 +167,7 @@ class Platform(ABC):
         sheet_bw, sheet_flops = self.datasheet(name)
         return HardwareProfile(
             platform=self.name,
+            target=self.target(device),
             device=name,
             bandwidth=bandwidth,
             flops=flops,

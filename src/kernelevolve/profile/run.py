@@ -1,0 +1,205 @@
+"""Profile one candidate at one shape, in separate sandboxed processes, and return the metrics.
+
+`profile_candidate` runs `profile/target.py` under torch.profiler (kernel count, per-kernel time,
+launch overhead) and, on an NVIDIA GPU with `ncu` installed, once more under Nsight Compute with the
+fixed metric set of `profile/ncu.py`, filtered to the candidate's NVTX range. Each process gets the
+evaluation workers' scrubbed environment (no secrets, a private HOME and caches), an address-space
+limit where the platform allows one, and a wall-clock limit after which its process group is killed.
+
+What comes back is a plain dict: `profiler` (torch.profiler's summary or None), `ncu` (per-kernel
+metrics and their summary, or None), `tools` (what ran) and `errors` (what did not, and why): the
+caller degrades to what it has. Deliberately not here: judging the numbers (`profile/diagnosis.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import kernelevolve
+from kernelevolve.config import Settings
+from kernelevolve.evaluate.lease import DeviceLease
+from kernelevolve.evaluate.sandbox import apply_limits, kill_tree, scrub_env
+from kernelevolve.platforms.base import Platform
+from kernelevolve.profile import ncu
+from kernelevolve.spec import Spec
+
+
+def heaviest_shape(spec: Spec) -> str:
+    """The shape with the largest weight x footprint: where the time of a production mix goes."""
+    return max(spec.shapes, key=lambda s: (s.weight * (spec.footprint_bytes(s.name) or 1), s.name)).name
+
+
+def profile_candidate(
+    spec: Spec, platform: Platform, source: str, settings: Settings, shape: str | None = None,
+    mode: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Profile `source` at `shape` (default: the heaviest). `mode` overrides `settings.profile`."""
+    mode = mode or settings.profile
+    if mode == "auto" and platform.name not in ("cuda", "rocm"):
+        mode = "torch"  # an explicit request on the CPU: torch.profiler is what there is
+    shape = shape or heaviest_shape(spec)
+    spec.shape(shape)  # an unknown name fails here, with the spec's error
+    out: dict[str, Any] = {"shape": shape, "profiler": None, "ncu": None, "tools": [], "errors": []}
+    if mode == "off":
+        return out
+    gpu = platform.name in ("cuda", "rocm")
+    device = platform.device_string(settings.device) if gpu else "cpu"
+    with tempfile.TemporaryDirectory(prefix="kernelevolve-profile-") as tmp:
+        work = Path(tmp)
+        cand = work / "candidate.py"
+        cand.write_text(source)
+        if mode in ("auto", "torch"):
+            res = _target(spec, cand, shape, device, "torch", work, platform, settings)
+            if res.get("ok"):
+                out["profiler"] = res["profiler"] | {"wall_us_per_call": res.get("wall_us_per_call")}
+                out["tools"].append("torch.profiler")
+            else:
+                out["errors"].append(f"torch.profiler: {res.get('error')}")
+        if mode in ("auto", "ncu") and platform.name == "cuda":
+            exe = ncu.find_ncu()
+            if exe is None:
+                out["errors"].append(
+                    "ncu: not installed here (Nsight Compute); the roofline and torch.profiler remain"
+                )
+            else:
+                out["ncu"], err = _ncu(spec, cand, shape, device, work, platform, settings, exe)
+                if err:
+                    out["errors"].append(f"ncu: {err}")
+                else:
+                    out["tools"].append("ncu")
+        elif mode == "ncu":
+            out["errors"].append(f"ncu: profiles NVIDIA GPUs only, not platform {platform.name!r}")
+    return out
+
+
+def _env(work: Path, platform: Platform) -> dict[str, str]:
+    env = scrub_env(dict(os.environ), work)
+    env.update(platform.worker_env())
+    (work / "tmp").mkdir(exist_ok=True)
+    env["TRITON_CACHE_DIR"] = str(work / "triton")
+    env["KERNELEVOLVE_NATIVE_CACHE"] = str(work / "native")
+    src_root = str(Path(kernelevolve.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _argv(spec: Spec, cand: Path, shape: str, device: str, mode: str, result: Path) -> list[str]:
+    return [sys.executable, "-m", "kernelevolve.profile.target", str(spec.path.resolve()), str(cand),
+            "--shape", shape, "--device", device, "--mode", mode, "--out", str(result)]  # fmt: skip
+
+
+def _spawn(
+    argv: list[str], work: Path, platform: Platform, settings: Settings
+) -> tuple[int | None, str, str]:
+    """(exit code or None on timeout, stdout, stderr tail)."""
+    memory = int(settings.memory_limit_gb * 2**30)
+    cpu_seconds = int(settings.profile_timeout_s * 4)
+
+    def limits() -> None:  # in the child, before exec: the evaluation workers' limits
+        apply_limits(memory, cpu_seconds, 2**30)
+
+    # The device lease keeps the profiled calls off the device while an evaluation is being timed.
+    lease = DeviceLease(f"{platform.name}-{settings.device}")
+    lease.acquire()
+    try:
+        return _communicate(argv, work, platform, settings, limits)
+    finally:
+        lease.release()
+
+
+def _communicate(
+    argv: list[str], work: Path, platform: Platform, settings: Settings, limits: Any
+) -> tuple[int | None, str, str]:
+    proc = subprocess.Popen(
+        argv, cwd=work, env=_env(work, platform), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=limits,
+    )  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=settings.profile_timeout_s)
+        return proc.returncode, stdout, stderr[-2000:]
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        proc.kill()
+        proc.communicate()
+        return None, "", f"timed out after {settings.profile_timeout_s:.0f} s"
+
+
+def _target(spec: Spec, cand: Path, shape: str, device: str, mode: str, work: Path, platform: Platform,
+            settings: Settings) -> dict[str, Any]:  # fmt: skip
+    result = work / f"result-{mode}.json"
+    code, _, err = _spawn(_argv(spec, cand, shape, device, mode, result), work, platform, settings)
+    if result.is_file():
+        data: dict[str, Any] = json.loads(result.read_text())
+        return data
+    return {"ok": False, "error": err.strip().splitlines()[-1] if err.strip() else f"exit code {code}"}
+
+
+def _ncu(spec: Spec, cand: Path, shape: str, device: str, work: Path, platform: Platform, settings: Settings,
+         exe: str) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
+    result = work / "result-ncu.json"
+    start = time.perf_counter()
+    argv = ncu.command(_argv(spec, cand, shape, device, "ncu", result), ncu=exe)
+    code, stdout, err = _spawn(argv, work, platform, settings)
+    if code is None:
+        return None, err
+    if result.is_file() and not json.loads(result.read_text()).get("ok"):
+        return None, "the candidate failed under ncu: " + str(json.loads(result.read_text()).get("error"))
+    try:
+        kernels = [k for k in ncu.parse_csv(stdout) if not ncu.is_helper(k.name)]
+    except Exception as exc:
+        return None, f"{exc} {err[-300:]}".strip()
+    if not kernels:
+        return None, "ncu saw no kernel in the candidate's range (is the candidate a CUDA kernel at all?)"
+    return {
+        "kernels": [k.to_dict() for k in kernels],
+        "summary": ncu.summarize(kernels),
+        "seconds": round(time.perf_counter() - start, 2),
+    }, None
+
+
+def profile_file(
+    spec_path: Path, candidate_path: Path, settings: Settings, shape: str | None = None, mode: str | None = None,
+    on_event: Any = None,
+) -> dict[str, Any]:  # fmt: skip
+    """`kernelevolve profile`: evaluate the candidate (the verdict's roofline), profile it where it is
+    correct, and diagnose. On the CPU, `auto` means torch.profiler (ncu is for NVIDIA GPUs)."""
+    from kernelevolve import jobs
+    from kernelevolve.platforms import select
+    from kernelevolve.profile.diagnosis import diagnose
+
+    if not candidate_path.is_file():
+        from kernelevolve.errors import KernelevolveError
+
+        raise KernelevolveError(
+            f"{candidate_path}: no such candidate file", hint="give a .py file defining ModelNew"
+        )
+    spec, verdicts = jobs.evaluate(spec_path, [candidate_path], settings, on_event=on_event)
+    verdict = verdicts[0].to_dict()
+    platform = select(settings.platform)
+    metrics: dict[str, Any] = {"shape": None, "profiler": None, "ncu": None, "tools": [], "errors": []}
+    if verdicts[0].ok:
+        metrics = profile_candidate(spec, platform, candidate_path.read_text(), settings, shape, mode)
+    else:
+        metrics["errors"].append(f"not profiled: the candidate is not correct ({verdict['status']})")
+    diagnosis = diagnose(verdict, metrics)
+    return {
+        "spec": spec.name, "candidate": str(candidate_path), "platform": platform.name,
+        "status": verdict["status"], "message": verdict.get("message") or "",
+        "speedup_vs_eager": verdict.get("speedup_vs_eager"), "speedup_vs_compile": verdict.get("speedup_vs_compile"),
+        "roofline_fraction": verdict.get("roofline_fraction"), "diagnosis": diagnosis,
+        "metrics": {"shape": metrics.get("shape"), "profiler": metrics.get("profiler"), "ncu": metrics.get("ncu"),
+                    "tools": metrics.get("tools", []), "errors": metrics.get("errors", [])},
+        "shapes": [{k: s.get(k) for k in ("name", "correct", "speedup_vs_eager", "speedup_vs_compile",
+                                           "roofline_fraction", "bound")} for s in verdict.get("shapes", [])],
+        "method": verdict.get("method"),
+    }  # fmt: skip
+
+
+__all__ = ["heaviest_shape", "profile_candidate", "profile_file"]

@@ -1,0 +1,106 @@
+"""The process a profiler watches: one candidate, one shape, a few calls, nothing else of ours.
+
+    python -m kernelevolve.profile.target SPEC CANDIDATE --shape NAME --device cuda:0 \
+        --mode ncu|torch --out RESULT.json
+
+The candidate is untrusted code, so this runs in its own process with the worker's scrubbed
+environment and resource limits (`profile/run.py` starts it), never in the engine. Inputs and
+weights are built exactly as the harness builds them (`evaluate.inputs`), before the candidate's
+calls; the calls run inside the NVTX range `kernelevolve.candidate`, which is what `ncu` is told to
+profile, so input generation and copies are not counted as the candidate's kernels.
+
+Mode `torch` records the calls with torch.profiler (kernel count, per-kernel time, launch overhead);
+mode `ncu` only makes the calls (ncu, outside, collects the metrics). Profiling is diagnosis, not
+fitness: a candidate that tampers with the profiler in its own process can only mislead its own
+diagnosis, never its verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RANGE = "kernelevolve.candidate"
+WARMUP = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kernelevolve.profile.target")
+    ap.add_argument("spec")
+    ap.add_argument("candidate")
+    ap.add_argument("--shape", required=True)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--mode", choices=("ncu", "torch"), default="torch")
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    out: dict[str, Any] = {"ok": False}
+    try:
+        out = _profile(args) | {"ok": True}
+    except BaseException as exc:  # reported as a value: the caller records it in the diagnosis
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    Path(args.out).write_text(json.dumps(out))
+    return 0 if out["ok"] else 1
+
+
+def _profile(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from kernelevolve.evaluate.inputs import make_inputs, make_model, share_weights
+    from kernelevolve.spec import import_spec_module, load_spec
+
+    spec = load_spec(args.spec)
+    module = import_spec_module(spec.path)
+    shape = spec.shape(args.shape)
+    device = torch.device(args.device)
+    if spec.precision != "strict_fp32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    inputs = make_inputs(spec, module, shape, 4242, "spec", device)
+    reference = make_model(spec, module, module.Model, shape, device)
+    name = "kernelevolve_profiled_candidate"
+    loader = importlib.util.spec_from_file_location(name, args.candidate)
+    assert loader is not None and loader.loader is not None
+    cand_module = importlib.util.module_from_spec(loader)
+    sys.modules[name] = cand_module
+    loader.loader.exec_module(cand_module)
+    candidate = make_model(spec, module, cand_module.ModelNew, shape, device)
+    share_weights(reference, candidate)
+    cuda = device.type == "cuda"
+
+    def call() -> Any:
+        with torch.no_grad():
+            return candidate(*inputs)
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    for _ in range(WARMUP):
+        call()
+    sync()
+    start = time.perf_counter()
+    for _ in range(args.iters):
+        call()
+    sync()
+    wall_us = (time.perf_counter() - start) / args.iters * 1e6
+    result: dict[str, Any] = {"shape": shape.name, "iters": args.iters, "wall_us_per_call": wall_us}
+    if args.mode == "ncu":
+        torch.cuda.nvtx.range_push(RANGE)
+        call()
+        sync()
+        torch.cuda.nvtx.range_pop()
+        return result
+    from kernelevolve.profile.torchprof import profile_calls
+
+    summary = profile_calls(call, iters=args.iters, device="cuda" if cuda else "cpu")
+    return result | {"profiler": summary.to_dict()}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
