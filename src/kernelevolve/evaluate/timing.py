@@ -202,6 +202,9 @@ class TimingPlan:
         )
 
 
+ESTIMATE_ROUNDS = 5
+
+
 def use_graphs(estimates: dict[str, list[float]], candidate: str | None, plan: TimingPlan) -> bool:
     """Whether a shape is timed as CUDA graphs: as pinned by the caller, else whether the fastest
     baseline's single call is under the threshold. Never from the candidate's time: a slow candidate
@@ -236,9 +239,11 @@ def time_shape(
             copy_into(c.buffers, inputs)
         return inputs
 
-    # Warm-up, and a first estimate of each callee's time.
+    # Warm-up, and a first estimate of each callee's time. At least ESTIMATE_ROUNDS rounds: the graph
+    # decision rests on the fastest of them, and the first calls on a device that was idle (clocks
+    # ramping up, kernels loaded lazily) measured tens of microseconds for a 7 us eager call on an H100.
     estimates: dict[str, list[float]] = {c.name: [] for c in callees}
-    for w in range(max(1, plan.warmup)):
+    for w in range(max(ESTIMATE_ROUNDS if plan.allow_graphs else 1, plan.warmup)):
         load(plan.seed * 1000 + w)
         for c in callees:
             timer.flush()
