@@ -14,9 +14,9 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
-from kernelevolve.knowledge.builtin import search
 from kernelevolve.synth import providers
 from kernelevolve.synth.base import Snippet
 from kernelevolve.synth.providers.base import Message, Reply, ToolCall, ToolSpec, Usage
@@ -97,4 +97,21 @@ class FakeTools:
 
     def search_knowledge(self, query: str, limit: int = 5) -> list[Snippet]:
         self.calls.append(("search_knowledge", query))
-        return search(query, limit=limit)
+        return kb_search(query, limit=limit)
+
+
+_KB: list[Any] = []
+
+
+def kb_search(query: str, limit: int = 5, platform: str = "cuda") -> list[Snippet]:
+    """The shipped knowledge base, indexed once per test session into a temporary workspace."""
+    if not _KB:
+        import tempfile
+
+        from kernelevolve.knowledge import KnowledgeBase
+        from kernelevolve.store import Workspace
+
+        _KB.append(KnowledgeBase(Workspace.open(Path(tempfile.mkdtemp(prefix="kernelevolve-kb-")) / "ws")))
+    from kernelevolve.search.tools import snippet
+
+    return [snippet(h) for h in _KB[0].search(query, platform=platform, limit=limit)]

@@ -24,6 +24,7 @@ from kernelevolve.errors import WorkspaceError
 
 ENV_PREFIX = "KERNELEVOLVE_"
 DEFAULT_WORKSPACE = Path(".kernelevolve")
+PROFILE_MODES = ("auto", "off", "torch", "ncu")
 
 
 @dataclass
@@ -57,8 +58,25 @@ class Settings:
     # Results above these are `suspicious`, never a win.
     suspicious_speedup: float = 10.0
     roofline_margin: float = 1.05  # allowed excess over the datasheet roofline before flagging
+    # Profiling: which profilers refine a diagnosis ("auto": ncu where present on a GPU, else
+    # torch.profiler; "off": the roofline alone), and how long one profiling process may take.
+    profile: str = "auto"
+    profile_timeout_s: float = 180.0
+    profile_budget: int = 3  # new bests profiled per run (each costs ~10-20 s of device time with ncu)
+    # Knowledge and compounding: retrieval into prompts, diagnosis in prompts, warm starts from
+    # earlier runs, skills distilled from verified improvements (re-measuring up to `skills_verify`
+    # candidate skills at the end of a run), and an optional dense embedder for hybrid ranking
+    # ("sentence-transformers:/path/to/local/model").
+    knowledge: bool = True
+    diagnosis: bool = True
+    warm_start: bool = True
+    skills: bool = True
+    skills_verify: int = 2
+    kb_embedder: str = ""
 
     def validate(self) -> Settings:
+        if self.profile not in PROFILE_MODES:
+            raise WorkspaceError(f"profile must be one of {', '.join(PROFILE_MODES)}, not {self.profile!r}")
         if self.fitness_baseline not in ("eager", "compile"):
             raise WorkspaceError(
                 f"fitness_baseline must be 'eager' or 'compile', not {self.fitness_baseline!r}"

@@ -21,6 +21,7 @@ from kernelevolve.config import Settings
 from kernelevolve.errors import SpecError, WorkspaceError
 from kernelevolve.evaluate.pool import candidate_hash
 from kernelevolve.jobs import _record_spec, device_key, hardware_profile, sized_for
+from kernelevolve.knowledge.patterns import spec_pattern
 from kernelevolve.platforms import Platform, get_platform, select
 from kernelevolve.search.engine import Engine, EngineContext
 from kernelevolve.search.limits import Limits
@@ -88,10 +89,30 @@ def start(
             "shapes": shapes,
             "seeds": [str(p.resolve()) for p in extra_seeds or []],
         }
-        return ws.create_run(
+        pattern = spec_pattern(spec)
+        run_id = ws.create_run(
             spec.fingerprint, str(spec.path.resolve()), platform.name, synth.name, search.policy, config,
-            dataclasses.asdict(limits),
+            dataclasses.asdict(limits), pattern=pattern,
         )  # fmt: skip
+        if settings.warm_start and not extra_seeds and synth.name != "agent":
+            warm_start(ws, run_id, spec, platform.name, pattern)
+        return run_id
+
+
+def warm_start(ws: Workspace, run_id: str, spec: Spec, platform: str, pattern: str) -> list[int]:
+    """Seed a new run's tree with the best earlier kernels for its spec (or operator pattern) on its
+    platform: `warm` nodes, proposed with the earlier kernel and evaluated afresh like any other."""
+    from kernelevolve.evaluate.guards import check_source
+    from kernelevolve.search.learning import warm_seeds
+
+    nodes = []
+    for seed in warm_seeds(ws, spec, platform, pattern, exclude_run=run_id):
+        node_id = ws.create_node(run_id, None, None, "warm")
+        kinds = check_source(seed.source, accepted_kinds=()).kinds
+        ws.propose_node(run_id, node_id, source=seed.source, kind=sorted(kinds)[0] if kinds else None,
+                        note=seed.note, response=f"warm start: {seed.reason}")  # fmt: skip
+        nodes.append(node_id)
+    return nodes
 
 
 def build_engine(
@@ -155,6 +176,10 @@ def optimize(
     run_id = start(spec_path, settings, search, limits, synth)
     if on_event:
         on_event("run", {"run_id": run_id})
+        with Workspace.open(settings.workspace) as ws:
+            warm = [n for n in ws.nodes(run_id) if n["mode"] == "warm"]
+        if warm:
+            on_event("warm_start", {"nodes": [{"node": n["id"], "note": n["note"]} for n in warm]})
     return drive(run_id, settings.workspace, on_event)
 
 

@@ -24,8 +24,6 @@ Deliberately not here: how candidates are written (`kernelevolve.synth`), how th
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import os
 import random
 import threading
 import time
@@ -37,23 +35,32 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.config import Settings
-from kernelevolve.errors import KernelevolveError, WorkspaceError
+from kernelevolve.errors import KernelevolveError
 from kernelevolve.evaluate.guards import check_source
-from kernelevolve.evaluate.pool import EvaluatorPool, static_report
+from kernelevolve.evaluate.pool import EvaluatorPool
 from kernelevolve.evaluate.verdict import Verdict
+from kernelevolve.knowledge.index import KnowledgeBase, get_embedder
 from kernelevolve.platforms import Platform
-from kernelevolve.profile.diagnosis import diagnose
+from kernelevolve.profile.diagnosis import diagnose, reference_analysis
+from kernelevolve.profile.run import profile_candidate
+from kernelevolve.search import learning
 from kernelevolve.search.limits import Limits, stop_reason
 from kernelevolve.search.memory import choose_mode, history
 from kernelevolve.search.policies import SELECT, SearchConfig
+from kernelevolve.search.tools import EngineTools, RunLock, describe_verdict, dispatch_table, snippet
 from kernelevolve.search.tree import Tree
 from kernelevolve.spec import Spec
 from kernelevolve.store import Workspace
-from kernelevolve.synth.base import Proposal, Snippet, Synthesizer, Task
+from kernelevolve.synth.base import Proposal, Synthesizer, Task
 
 Event = Callable[[str, dict[str, Any]], None]
 FAILED_SYNTH = ("exhausted", "synth_error")
 MAX_REMEASURE = 4  # distinct winners re-measured at the end
+KNOWLEDGE_DOCS = 4  # documents retrieved into each task
+
+
+def knowledge_base(ws: Workspace, settings: Settings) -> KnowledgeBase:
+    return KnowledgeBase(ws, embedder=get_embedder(settings.kb_embedder))
 
 
 @dataclass
@@ -68,109 +75,6 @@ class EngineContext:
     trusted_cache: Path | None
     out_dir: Path
     shapes: list[str] | None = None  # evaluate only these spec shapes (tuning one shape)
-
-
-class EngineTools:
-    """The `Tools` a synthesizer may use: lint in this process (the AST only), quick runs in the
-    evaluator pool's isolated workers, knowledge from the built-in set."""
-
-    def __init__(self, pool: EvaluatorPool | None, spec: Spec, platform: Platform):
-        self.pool, self.spec, self.platform = pool, spec, platform
-        sizes = [(spec.footprint_bytes(s.name) or 0, s.name) for s in spec.shapes]
-        self.smallest = min(sizes)[1]
-
-    def lint(self, source: str) -> str:
-        report = static_report(source, self.spec, self.platform)
-        if report.syntax_error:
-            return f"syntax error: {report.syntax_error}"
-        return "\n".join(str(v) for v in report.violations) or "ok"
-
-    def quick_run(self, source: str) -> str:
-        if self.pool is None:
-            return "quick runs are not available here: submit the candidate to have it evaluated"
-        v = self.pool.evaluate_one(source, "quick_run.py", shapes=[self.smallest], timing_budget_s=0.2)
-        return describe_verdict(v.to_dict())
-
-    def search_knowledge(self, query: str, limit: int = 5) -> list[Snippet]:
-        from kernelevolve.knowledge import builtin
-
-        return list(builtin.search(query, platform=self.platform.name, limit=limit))
-
-
-def describe_verdict(v: dict[str, Any]) -> str:
-    """A verdict as the few lines a person or a model needs."""
-    lines = [f"status: {v.get('status')}; {v.get('message') or ''}".rstrip("; ")]
-    for s in v.get("shapes", []):
-        parts = [f"shape {s.get('name')}: correct={s.get('correct')}"]
-        if s.get("failed_check"):
-            parts.append(f"failed: {s['failed_check']}")
-        if s.get("max_abs_err") is not None:
-            parts.append(f"max abs err {s['max_abs_err']:.3g}, max rel err {s.get('max_rel_err') or 0:.3g}")
-        if s.get("candidate"):
-            parts.append(f"{s['candidate']['median_s'] * 1e6:.1f} us")
-        for b in ("eager", "compile"):
-            if s.get(f"speedup_vs_{b}") is not None:
-                parts.append(f"{s[f'speedup_vs_{b}']:.2f}x vs {b}")
-        if s.get("roofline_fraction") is not None:
-            parts.append(f"{100 * s['roofline_fraction']:.0f}% of roofline ({s.get('bound')}-bound)")
-        lines.append("; ".join(parts))
-    return "\n".join(lines)
-
-
-class RunLock:
-    """An exclusive, non-blocking lock on a run: one driver at a time, released when the process dies."""
-
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._fd: int | None = None
-
-    def __enter__(self) -> RunLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise WorkspaceError(
-                f"run {self.path.parent.name} is being driven by another process",
-                hint="wait for it to finish, or stop it (Ctrl-C) and `kernelevolve resume` the run",
-            ) from None
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-
-def dispatch_table(
-    shapes: list[str], winners: dict[str, int], finals: dict[int, Verdict], min_gain: float
-) -> dict[str, dict[str, Any]]:
-    """Per shape: the re-measured winner where it beats eager beyond the noise, else the
-    reference. Each entry: node (or None), speedups, time, roofline fraction."""
-    out: dict[str, dict[str, Any]] = {}
-    for shape in shapes:
-        entry: dict[str, Any] = {"node": None}
-        node_id = winners.get(shape)
-        v = finals.get(node_id) if node_id is not None else None
-        s = next((x for x in v.shapes if x.name == shape), None) if v is not None and v.ok else None
-        if s is not None and s.candidate is not None:
-            sp = s.speedup_vs_eager
-            noise = max(s.candidate.spread, s.eager.spread if s.eager else 0.0, min_gain)
-            entry = {
-                "node": node_id if sp is not None and sp > 1 + noise else None,
-                "candidate_node": node_id,
-                "time_us": s.candidate.median_s * 1e6,
-                "speedup_vs_eager": s.speedup_vs_eager,
-                "speedup_vs_compile": s.speedup_vs_compile,
-                "roofline_fraction": s.roofline_fraction,
-                "bound": s.bound,
-                "noise": noise,
-            }
-        out[shape] = entry
-    return out
 
 
 class Engine:
@@ -195,11 +99,19 @@ class Engine:
         self._stop = threading.Event()  # a limit was reached: start nothing new, finish what runs
         self._abort = threading.Event()  # interrupted: leave unstarted work for `resume`
         self._exhausted_streak = 0
+        self._profiled = 0  # new bests profiled in this process (settings.profile_budget)
         self._best: int | None = None
         self._prior_wall = float(self.ws.run(run_id)["wall_s"] or 0.0)
         self._t0 = time.monotonic()
         self.pool: EvaluatorPool | None = None
-        self.tools = EngineTools(None, ctx.spec, ctx.platform)
+        self.target = str(ctx.profile.get("target") or ctx.platform.name)
+        self.pattern = self.ws.run(run_id).get("pattern") or ""
+        self.kb = knowledge_base(self.ws, ctx.settings)
+        self.tools = EngineTools(None, ctx.spec, ctx.platform, self._tool_kb(), self.target)
+
+    def _tool_kb(self) -> KnowledgeBase | None:
+        """The knowledge base a synthesizer's `search_knowledge` tool reaches (none with knowledge off)."""
+        return self.kb if self.ctx.settings.knowledge else None
 
     # -- the loop -----------------------------------------------------------------------------------
 
@@ -240,18 +152,18 @@ class Engine:
             on_event=lambda event, label, detail: self._pool_event(event, label, detail),
         ) as pool:  # fmt: skip
             self.pool = pool
-            self.tools = EngineTools(pool, ctx.spec, ctx.platform)
+            self.tools = EngineTools(pool, ctx.spec, ctx.platform, self._tool_kb(), self.target)
             try:
                 yield
             finally:
                 self.pool = None
-                self.tools = EngineTools(None, ctx.spec, ctx.platform)
+                self.tools = EngineTools(None, ctx.spec, ctx.platform, self._tool_kb(), self.target)
 
     def _loop(self, parallel: int) -> str:
         tree = self.tree()
         self._best = b.id if (b := tree.best(self.search.min_gain)) else None
         pending = [n.id for n in tree.nodes.values() if n.state in ("created", "proposed")]
-        if pending:
+        if any(tree[n].mode != "warm" for n in pending):
             self.emit("resume", {"pending": pending, "nodes": len(tree)})
         reason = ""
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="kernelevolve-expand") as ex:
@@ -325,32 +237,37 @@ class Engine:
         node = tree[node_id]
         parents = [p for p in (node.parent, node.parent2) if p is not None]
         best = tree.best(self.search.min_gain)
+        settings = self.ctx.settings
+        views = [tree[p].view() for p in parents]
+        hist = [n.view() for n in history(tree, parents, node.mode)]
+        if not settings.diagnosis:  # the ablation's "diagnosis off": the search sees times only
+            for v in views + hist:
+                v.diagnosis = None
         task = Task(
             run_id=self.run_id,
             node_id=node_id,
             spec=self.spec,
             platform=self.ctx.platform.name,
-            platform_target=str(self.ctx.profile.get("target") or self.ctx.platform.name),
+            platform_target=self.target,
             kinds=tuple(sorted(self.ctx.platform.kinds)),
             mode=node.mode,
-            parents=[tree[p].view() for p in parents],
-            history=[n.view() for n in history(tree, parents, node.mode)],
+            parents=views,
+            history=hist,
             tried=tree.tried(),
             best_fitness=best.fitness if best else 0.0,
             seed=random.Random(f"{self.search.seed}:{self.run_id}:{node_id}").randrange(2**31),
             hardware={k: v for k, v in self.ctx.profile.items() if isinstance(v, int | float | str)},
+            phase=learning.phase(tree, parents, self.limits.budget),
+            pattern=self.pattern,
+            lessons=learning.lessons(tree),
+            reference=reference_analysis(tree) if settings.diagnosis else None,
         )
-        task.knowledge = self._knowledge(task)
+        if settings.knowledge:
+            hits = self.kb.retrieve(
+                learning.signals(task, self.target, settings.diagnosis), limit=KNOWLEDGE_DOCS
+            )
+            task.knowledge = [snippet(h) for h in hits]
         return task
-
-    def _knowledge(self, task: Task) -> list[Snippet]:
-        terms = [self.spec.name, self.spec.description or ""]
-        for p in task.parents:
-            if p.status and p.status != "ok":
-                terms.append(f"{p.status} {p.message[:200]}")
-            if p.diagnosis:
-                terms.append(str(p.diagnosis.get("class", "")))
-        return self.tools.search_knowledge(" ".join(terms), limit=4)
 
     def _expand(self, node_id: int) -> None:
         if self._abort.is_set():
@@ -414,7 +331,43 @@ class Engine:
             "evaluated",
             {"node": node_id, "verdict": verdict, "best": self.best_info(), "new_best": improved},
         )
+        self._learn(node_id, profile=improved and verdict.ok)
         return verdict
+
+    def _learn(self, node_id: int, profile: bool) -> None:
+        """Context memory, skills and profiling for a node just evaluated. Derived data: a failure
+        here is reported as an event and never costs the node its verdict."""
+        try:
+            diagnosis = None
+            tree = self.tree()
+            node = tree[node_id]
+            mode = self.ctx.settings.profile
+            gpu = self.ctx.platform.name in ("cuda", "rocm")
+            wanted = mode in ("torch", "ncu") or (mode == "auto" and gpu)
+            with self._lock:
+                if profile and wanted and node.source and self._profiled < self.ctx.settings.profile_budget:
+                    self._profiled += 1
+                else:
+                    profile = False
+            if profile and node.source:
+                self.emit("profile", {"node": node_id})
+                metrics = profile_candidate(self.spec, self.ctx.platform, node.source, self.ctx.settings)
+                diagnosis = diagnose(node.verdict or {}, metrics)
+                node.diagnosis = diagnosis
+            parent = tree.nodes.get(node.parent) if node.parent is not None else None
+            self.ws.set_node_analysis(self.run_id, node_id, learning.analyze(node, parent), diagnosis)
+            if (
+                self.ctx.settings.skills
+                and parent is not None
+                and learning.beats_parent(node, parent, self.search.min_gain)
+            ):
+                skill = learning.skill_candidate(
+                    self.ws, self.run_id, self.spec, self.ctx.platform.name, self.target, self.pattern, node,
+                    parent, device=str(self.ctx.profile.get("device") or ""),
+                )  # fmt: skip
+                self.emit("skill", {"node": node_id, "skill": skill["id"], "title": skill["title"]})
+        except Exception as exc:
+            self.emit("learn_failed", {"node": node_id, "error": f"{type(exc).__name__}: {exc}"})
 
     def best_info(self) -> dict[str, Any]:
         tree = self.tree()
@@ -458,13 +411,36 @@ class Engine:
             best_path.write_text(best.source)
         dispatch = dispatch_table(self.ctx.shapes or self.spec.names, winners, finals, self.search.min_gain)
         final = finals.get(best.id) if best else None
+        verified = self._verify_skills(tree)
         summary = self._summary(tree, best, final, reason, best_path, dispatch, baseline)
+        summary["warm_start"] = [{"node": n.id, "note": n.note, "fitness": n.fitness}
+                                 for n in tree.nodes.values() if n.mode == "warm"]  # fmt: skip
+        summary["skills"] = {"candidates": sum(1 for s in self.ws.skills() if any(p["run"] == self.run_id for p in s["provenance"])),
+                             "verified": [s["id"] for s in verified]}  # fmt: skip
         summary["export"] = self._export(tree, dispatch)
         self.ws.update_run(self.run_id, status="done", summary=summary, wall_s=self.wall_s(),
                            best_node=best.id if best else None)  # fmt: skip
         summary["report"] = self._report(summary)
         self.ws.update_run(self.run_id, summary=summary)
         return summary
+
+    def _verify_skills(self, tree: Tree) -> list[dict[str, Any]]:
+        if not self.ctx.settings.skills or self.ctx.settings.skills_verify <= 0 or self.pool is None:
+            return []
+        pool = self.pool
+
+        def evaluate(source: str, label: str) -> dict[str, Any]:
+            self.emit("verify_skill", {"label": label})
+            return pool.evaluate_one(source, label, shapes=self.ctx.shapes).to_dict()
+
+        try:
+            return learning.verify_skills(self.ws, self.run_id, tree, evaluate, self.ctx.settings.skills_verify,
+                                          self.search.min_gain, self.kb.index_docs)  # fmt: skip
+        except Exception as exc:  # derived data: never costs the run its result
+            self.emit(
+                "learn_failed", {"node": None, "error": f"verifying skills: {type(exc).__name__}: {exc}"}
+            )
+            return []
 
     # The export falls back to the reference run eagerly, so per-shape choices are made against eager,
     # whatever the run's fitness baseline.

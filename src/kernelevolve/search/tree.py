@@ -34,6 +34,7 @@ class Node:
     source: str | None = None
     note: str = ""
     message: str = ""
+    analysis: str = ""
     verdict: dict[str, Any] | None = None
     diagnosis: dict[str, Any] | None = None
     tokens_in: int = 0
@@ -86,7 +87,7 @@ class Node:
             message=self.message, fitness=self.fitness, speedup_vs_eager=self.speedup_vs_eager,
             speedup_vs_compile=self.speedup_vs_compile, spread=v.get("spread"),
             roofline_fraction=v.get("roofline_fraction"), shapes=shapes, diagnosis=self.diagnosis,
-            config=self.config, note=self.note,
+            config=self.config, note=self.note, analysis=self.analysis,
         )  # fmt: skip
 
 

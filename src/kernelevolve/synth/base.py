@@ -45,6 +45,7 @@ class NodeView:
     diagnosis: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     note: str = ""  # what the synthesizer said it changed
+    analysis: str = ""  # the harness's summary: what it tried, what that changed, why it failed or won
 
 
 @dataclass
@@ -55,6 +56,8 @@ class Snippet:
     title: str
     text: str
     score: float = 0.0
+    category: str = ""  # constraint | guidance | hardware | sample | skill | user
+    data: dict[str, Any] = field(default_factory=dict)  # structured payload (a skill's `change`)
 
 
 @dataclass
@@ -78,6 +81,10 @@ class Task:
     best_fitness: float = 0.0
     seed: int = 0  # for synthesizers that draw random numbers: reproducible per (run, node)
     hardware: dict[str, Any] = field(default_factory=dict)  # measured peaks (bandwidth, FLOP/s)
+    phase: str = "draft"  # draft | early | late: how deep the retrieved knowledge goes
+    pattern: str = ""  # the spec's operator pattern (elementwise, row, gemm, conv, ...), if known
+    lessons: list[str] = field(default_factory=list)  # analyses of failed or slower nodes: not again
+    reference: dict[str, Any] | None = None  # the reference's own analysis: bytes, FLOPs, bound per shape
 
 
 @dataclass

@@ -343,11 +343,33 @@ def _node_line(n: NodeView, parent_fitness: dict[int, float]) -> str:
     elif n.message:
         first = n.message.strip().splitlines()[0] if n.message.strip() else ""
         line += f": {first[:200]}"
-    if n.note:
+    if n.analysis:
+        line += f"\n  analysis: {n.analysis.strip()[:400]}"
+    elif n.note:
         line += f"\n  changed: {n.note.strip()[:300]}"
     if n.config:
         line += f"\n  config: {n.config}"
     return line
+
+
+def diagnosis_text(d: dict[str, Any]) -> str:
+    """A diagnosis as a prompt section: class and summary, the evidence numbers, the directives."""
+    lines = [f"diagnosis: {d.get('summary') or d.get('class')}"]
+    evidence = []
+    for e in d.get("evidence") or []:
+        if "shape" in e:
+            frac = e.get("roofline_fraction")
+            evidence.append(
+                f"{e['shape']} {e.get('time_us')} us"
+                + (f" ({100 * frac:.0f}% of roofline)" if frac is not None else "")
+            )
+        else:
+            evidence.append(f"{e.get('ncu') or e.get('profiler')} = {_fmt(e.get('value'))}")
+    if evidence:
+        lines.append("evidence: " + "; ".join(evidence))
+    for directive in d.get("directives") or []:
+        lines.append(f"- {directive}")
+    return "\n".join(lines)
 
 
 def _verdict(n: NodeView, message_chars: int) -> str:
@@ -358,7 +380,9 @@ def _verdict(n: NodeView, message_chars: int) -> str:
         items = ", ".join(f"{k}={_fmt(v)}" for k, v in s.items() if k != "name" and v is not None)
         out.append(f"shape {s.get('name', '?')}: {items}")
     if n.diagnosis:
-        out.append("diagnosis: " + "; ".join(f"{k}: {_fmt(v)}" for k, v in n.diagnosis.items()))
+        out.append(diagnosis_text(n.diagnosis))
+    if n.analysis:
+        out.append(f"analysis: {n.analysis}")
     if n.config:
         out.append(f"config: {n.config}")
     if n.message and n.status != "ok":
@@ -508,7 +532,7 @@ def _contrast(nodes: list[NodeView]) -> str:
     return ("\nWhat separated them: " + " ".join(lines)) if lines else ""
 
 
-def _knowledge(fit: _Fit) -> list[str]:
+def _knowledge(task: Task, fit: _Fit) -> list[str]:
     if not fit.knowledge:
         return []
     items = []
@@ -516,8 +540,38 @@ def _knowledge(fit: _Fit) -> list[str]:
         text = s.text.strip()
         if fit.snippet_chars is not None and len(text) > fit.snippet_chars:
             text = text[: fit.snippet_chars].rsplit(" ", 1)[0] + " ..."
-        items.append(f"### {s.title} ({s.doc})\n{text}")
-    return ["## Knowledge that may apply\n" + "\n\n".join(items)]
+        kind = f"{s.category}: " if s.category else ""
+        items.append(f"### {s.title} ({kind}{s.doc})\n{text}")
+    why = ", ".join(
+        x for x in (task.platform_target, task.pattern, task.phase and f"{task.phase} phase") if x
+    )
+    return [f"## Retrieved knowledge ({why})\n" + "\n\n".join(items)]
+
+
+def _reference_numbers(task: Task) -> list[str]:
+    ref = task.reference
+    if not ref or not ref.get("shapes"):
+        return []
+    lines = [
+        "## The reference's own numbers (measured live; the roofline is the least time the work can take)"
+    ]
+    for s in ref["shapes"]:
+        parts = [f"- {s['shape']}: {s.get('bound') or '?'}-bound"]
+        if s.get("roofline_us") is not None:
+            parts.append(f"roofline {s['roofline_us']} us")
+        for b in ("eager", "compile"):
+            if s.get(f"{b}_us") is not None:
+                frac = s.get(f"{b}_roofline_fraction")
+                parts.append(f"{b} {s[f'{b}_us']} us" + (f" ({100 * frac:.0f}% of roofline)" if frac else ""))
+        lines.append(", ".join(parts))
+    return ["\n".join(lines)]
+
+
+def _lessons(task: Task) -> list[str]:
+    if not task.lessons:
+        return []
+    body = "\n".join(f"- {x[:500]}" for x in task.lessons)
+    return ["## Tried in this run and failed or slower than its parent (do not repeat these)\n" + body]
 
 
 def _instructions(task: Task, tool_mode: bool) -> str:
@@ -558,9 +612,11 @@ def _user(task: Task, fit: _Fit, tool_mode: bool) -> str:
     sections = [
         *_problem(task, fit),
         _platform(task),
+        *_reference_numbers(task),
         *_parents(task, fit, tool_mode),
         *_history(task, fit),
-        *_knowledge(fit),
+        *_lessons(task),
+        *_knowledge(task, fit),
         _instructions(task, tool_mode),
     ]
     return "\n\n".join(sections)
@@ -570,6 +626,7 @@ __all__ = [
     "CANDIDATE_FILE",
     "REFERENCE_FILE",
     "clip",
+    "diagnosis_text",
     "estimate_tokens",
     "node_file",
     "rules",

@@ -292,13 +292,21 @@ class _Step:
         if not moves:
             return self.random_config(parent, own, mode)
 
+        for cfg, doc in _skill_configs(self.task, space, config):  # verified skills first: they won before
+            source = tn.write(parent.source, cfg)
+            if self.fresh(source):
+                return self.ok(source, f"applied {doc}: {_change(config, cfg)}",
+                               f"{mode}: from #{parent.id}, a verified skill ({doc}): {_change(config, cfg)}")  # fmt: skip
         scale = max((abs(v) for v in scores.values()), default=0.0) or 1.0
+        klass = str((parent.diagnosis or {}).get("class") or "")
 
         def weight(move: tuple[str, int]) -> float:
             """Relative to the largest fitness change seen: up to 9x for the best direction so far,
-            1/4 for directions that made things worse."""
+            1/4 for directions that made things worse; times PRIOR_WEIGHT where the parent's
+            diagnosis favours the move."""
             score = scores.get(move, 0.0) / scale
-            return 1.0 + 8.0 * score if score >= 0 else 0.25
+            base = 1.0 + 8.0 * score if score >= 0 else 0.25
+            return base * _prior(move, space, klass)
 
         def pick(pool: list[tuple[str, int]], n: int, chosen: list[tuple[str, int]], weighted: bool) -> None:
             for _ in range(n):
@@ -404,6 +412,53 @@ def _random_configs(rng: random.Random, space: Space, config: Config) -> Iterato
     else:
         for _ in range(4096):
             yield {k: rng.choice(space[k]) for k in config}
+
+
+# Which moves a diagnosis class favours: (tunable name fragment, direction along an ascending list).
+PRIORS: dict[str, tuple[tuple[str, int], ...]] = {
+    "launch-bound": (("ROWS", 1), ("num_warps", -1), ("BLOCK", 1)),
+    "memory-bound": (("BLOCK", 1), ("ROWS", 1), ("num_warps", 1), ("VEC", 1)),
+    "latency-bound": (("num_stages", 1), ("BLOCK", 1), ("num_warps", 1)),
+    "compute-bound": (("BLOCK_M", 1), ("BLOCK_N", 1), ("num_stages", 1), ("num_warps", 1)),
+    "occupancy-limited": (("BLOCK", -1), ("num_warps", -1), ("num_stages", -1)),
+}
+PRIOR_WEIGHT = 3.0
+
+
+def _prior(move: tuple[str, int], space: Space, klass: str) -> float:
+    key, d = move
+    choices = space[key]
+    ordered = _numeric(choices) and choices == sorted(choices)
+    if not ordered:
+        return 1.0
+    for fragment, direction in PRIORS.get(klass, ()):
+        if fragment.lower() in key.lower() and d == direction:
+            return PRIOR_WEIGHT
+    return 1.0
+
+
+def _numeric(values: list[Any]) -> bool:
+    return all(isinstance(c, int | float) and not isinstance(c, bool) for c in values)
+
+
+def _skill_configs(task: Task, space: Space, config: Config) -> Iterator[tuple[Config, str]]:
+    """Configurations that retrieved skills' changes give from `config`: the exact move where the
+    skill's old value is this config's, else one step in the skill's direction."""
+    for snip in task.knowledge:
+        moved = (snip.data.get("change") or {}).get("tunables") or {}
+        if not moved or not set(moved) <= set(space):
+            continue
+        cfg = dict(config)
+        for key, (old, new) in moved.items():
+            choices = space[key]
+            if config[key] == old and new in choices:
+                cfg[key] = new
+            elif _numeric(choices) and _numeric([old, new]) and choices == sorted(choices):
+                i = choices.index(config[key]) + (1 if new > old else -1)
+                if 0 <= i < len(choices):
+                    cfg[key] = choices[i]
+        if cfg != config:
+            yield cfg, snip.doc
 
 
 def _single_moves(space: Space, config: Config) -> list[tuple[str, int]]:

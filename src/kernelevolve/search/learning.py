@@ -1,0 +1,211 @@
+"""What a run learns as it goes: node analyses, lessons, retrieval signals, skills, warm starts.
+
+- `analyze`: a node's analysis (context memory): what it tried (the synthesizer's note and the
+  change against its parent), what the harness measured, and why it failed or won. Stored with the
+  node; the memory modes show it, and `lessons` gathers the failures and regressions of the whole
+  tree so that a synthesizer does not try a failed strategy again.
+- `phase` and `signals`: the search phase (draft, early, late) and the runtime signals retrieval
+  ranks by (platform, target, operator pattern, the parent's diagnosis, its status and error text).
+- `skill_candidate`: when a child beats its parent by more than the noise, the step distilled into a
+  candidate skill (`knowledge/skills.py`); `verify_skills` re-measures the largest candidates at the
+  end of a run and indexes the ones whose gain reproduces.
+- `warm_seeds`: the best earlier kernels for the same spec (or, failing that, the same operator
+  pattern) on the same platform, from this workspace's runs and from imported kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kernelevolve.evaluate.pool import candidate_hash
+from kernelevolve.knowledge import skills as sk
+from kernelevolve.knowledge.index import Signals
+from kernelevolve.search.tree import Node, Tree
+from kernelevolve.store import Workspace
+
+LESSONS = 8
+
+
+def analyze(node: Node, parent: Node | None) -> str:
+    """One paragraph: tried / measured / why."""
+    parts = []
+    if node.mode == "warm":
+        parts.append(f"tried: {node.note or 'an earlier run’s kernel'}")
+    elif parent is not None and parent.source and node.source:
+        change = sk.describe_change(sk.change_of(parent.source, node.source))
+        parts.append(f"tried: {node.note + '; ' if node.note else ''}{change} (from node {parent.id})")
+    elif node.note:
+        parts.append(f"tried: {node.note}")
+    if not node.ok:
+        why = (node.message or node.status or "failed").strip().splitlines()
+        parts.append(f"failed ({node.status}): {why[0][:300] if why else ''}")
+        return "; ".join(parts)
+    measured = f"measured: fitness {node.fitness:.2f}"
+    if node.speedup_vs_eager is not None:
+        measured += f", {node.speedup_vs_eager:.2f}x vs eager"
+    if parent is not None and parent.ok and parent.fitness:
+        ratio = node.fitness / parent.fitness
+        measured += f", {ratio:.2f}x its parent" + (" (slower: do not repeat)" if ratio < 0.97 else "")
+    parts.append(measured)
+    if node.diagnosis:
+        parts.append(f"why: {node.diagnosis.get('summary') or node.diagnosis.get('class')}")
+    return "; ".join(parts)
+
+
+def lessons(tree: Tree, limit: int = LESSONS) -> list[str]:
+    """Analyses of the failed and the slower-than-parent nodes, newest first."""
+    out = []
+    for n in sorted(tree.nodes.values(), key=lambda n: -n.id):
+        if not n.analysis:
+            continue
+        parent = tree.nodes.get(n.parent) if n.parent is not None else None
+        slower = n.ok and parent is not None and parent.ok and n.fitness < parent.fitness * 0.97
+        if (n.state == "evaluated" and not n.ok) or slower:
+            out.append(f"node {n.id}: {n.analysis}")
+        if len(out) >= limit:
+            break
+    return out
+
+
+def phase(tree: Tree, parents: list[int], budget: int) -> str:
+    if not parents:
+        return "draft"
+    spent = len(tree.evaluated())
+    return "early" if spent < max(4, budget // 3) else "late"
+
+
+def signals(task: Any, target: str, diagnosis: bool = True) -> Signals:
+    statuses, errors, diag = [], [], ""
+    for p in task.parents:
+        if p.status and p.status != "ok":
+            statuses.append(p.status)
+            errors.append(p.message[:400])
+        if diagnosis and p.diagnosis and not diag:
+            diag = str(p.diagnosis.get("class") or "")
+    return Signals(
+        platform=task.platform, target=target, pattern=task.pattern, diagnosis=diag, statuses=statuses,
+        errors=" ".join(errors), phase=task.phase, text=f"{task.spec.name} {task.spec.description or ''}",
+    )  # fmt: skip
+
+
+# -- skills ---------------------------------------------------------------------------------------
+
+
+def beats_parent(node: Node, parent: Node | None, min_gain: float) -> bool:
+    if parent is None or not (node.ok and parent.ok) or not parent.fitness:
+        return False
+    noise = max(min_gain, (parent.spread or 0.0) + (node.spread or 0.0))
+    return node.fitness > parent.fitness * (1 + noise)
+
+
+def skill_candidate(
+    ws: Workspace, run_id: str, spec: Any, platform: str, target: str, pattern: str, node: Node,
+    parent: Node, device: str = "", text_by: Callable[[str], str | None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Distill the step parent -> node into a candidate skill and store it (merged with a near-duplicate)."""
+    new = sk.distill(run_id=run_id, spec=spec, platform=platform, target=target, pattern=pattern,
+                     parent=parent, child=node, device=device, text_by=text_by)  # fmt: skip
+    existing = ws.skill(new["id"])
+    merged = sk.merge(existing, new)
+    ws.put_skill(merged)
+    return merged
+
+
+def verify_skills(
+    ws: Workspace, run_id: str, tree: Tree, evaluate: Callable[[str, str], dict[str, Any]], limit: int,
+    min_gain: float, index: Callable[[list[Any]], None],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Re-measure the parent and child of this run's largest unverified skill entries (fresh workers,
+    live baselines); record the outcome and index the skills that became verified."""
+    todo = []
+    for skill in ws.skills():
+        for i, p in enumerate(skill["provenance"]):
+            if p["run"] == run_id and p.get("reproduced") is None:
+                todo.append((p["gain"], skill["id"], i))
+    todo.sort(reverse=True)
+    verified = []
+    for _, skill_id, i in todo[:limit]:
+        found = ws.skill(skill_id)
+        assert found is not None
+        skill = found
+        entry = skill["provenance"][i]
+        parent, child = tree.nodes.get(entry["parent"]), tree.nodes.get(entry["child"])
+        if parent is None or child is None or not parent.source or not child.source:
+            continue
+        pv = evaluate(parent.source, f"skill-{skill_id}-parent.py")
+        cv = evaluate(child.source, f"skill-{skill_id}-child.py")
+        skill["provenance"][i] = sk.reproduce(entry, pv, cv, min_gain)
+        was = skill["status"]
+        skill["status"] = sk.status_of(skill)
+        skill["verification"] = {"run": run_id, "entry": i, "status": skill["status"]}
+        ws.put_skill(skill)
+        if skill["status"] == "verified" and was != "verified":
+            verified.append(skill)
+    if verified:
+        index([sk.as_doc(s) for s in verified])
+    return verified
+
+
+# -- warm starts ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Seed:
+    source: str
+    note: str
+    reason: str  # "same spec" | "same pattern" | "imported"
+
+
+def warm_seeds(
+    ws: Workspace, spec: Any, platform: str, pattern: str, exclude_run: str, limit: int = 2
+) -> list[Seed]:
+    """The best earlier kernels for this spec on this platform; if there are none, the best for the
+    same operator pattern (other shapes or specs), at most one of those."""
+    same: list[tuple[float, dict[str, Any], dict[str, Any]]] = []
+    similar: list[tuple[float, dict[str, Any], dict[str, Any]]] = []
+    for run in ws.runs(limit=200):
+        if run["run_id"] == exclude_run or run["platform"] != platform:
+            continue
+        if run["spec_fingerprint"] == spec.fingerprint:
+            bucket = same
+        elif pattern and run.get("pattern") == pattern:
+            bucket = similar
+        else:
+            continue
+        for n in ws.nodes(run["run_id"]):
+            if n["state"] == "evaluated" and n["status"] == "ok" and n["source"]:
+                bucket.append((float(n["fitness"] or 0), run, n))
+    for k in ws.shared_kernels(platform):
+        data = k["data"]
+        row = {"source": k["source"], "id": k["hash"][:8], "speedup_vs_eager": data.get("speedup_vs_eager"),
+               "analysis": data.get("analysis", "")}  # fmt: skip
+        run = {"run_id": f"imported from {k['origin']}", "spec_fingerprint": k["spec_fingerprint"]}
+        if k["spec_fingerprint"] == spec.fingerprint:
+            same.append((float(data.get("fitness") or 0), run, row))
+        elif pattern and k["pattern"] == pattern:
+            similar.append((float(data.get("fitness") or 0), run, row))
+    chosen = sorted(same, key=lambda x: -x[0])
+    reason = "same spec"
+    if not chosen:
+        chosen, reason, limit = sorted(similar, key=lambda x: -x[0]), "same pattern", 1
+    out, seen = [], set()
+    for fitness, run, n in chosen:
+        h = candidate_hash(n["source"])
+        if h in seen:
+            continue
+        seen.add(h)
+        sp = n.get("speedup_vs_eager")
+        note = (f"warm start ({reason}): run {run['run_id']} node {n['id']}, fitness {fitness:.2f}"
+                + (f", {sp:.2f}x vs eager there" if sp else ""))  # fmt: skip
+        if n.get("analysis"):
+            note += f". Its analysis: {n['analysis'][:400]}"
+        out.append(Seed(n["source"], note, reason))
+        if len(out) >= limit:
+            break
+    return out
+
+
+__all__ = ["Seed", "analyze", "beats_parent", "lessons", "phase", "signals", "skill_candidate",
+           "verify_skills", "warm_seeds"]  # fmt: skip
