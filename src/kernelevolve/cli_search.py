@@ -66,6 +66,21 @@ def _search_progress(state: dict[str, Any] | None = None) -> Any:
             err.print(f"[bold]stopping:[/] {escape(data['reason'])}")
         elif event == "remeasure":
             err.print(f"[dim]re-measuring node {data['node']} in a fresh worker[/]")
+        elif event == "warm_start":
+            for n in data["nodes"]:
+                err.print(f"[cyan]node {n['node']}: {escape(n['note'][:200])}[/]")
+        elif event == "profile":
+            err.print(f"[dim]profiling node {data['node']} (the new best) for its diagnosis[/]")
+        elif event == "skill":
+            err.print(
+                f"[dim]node {data['node']}: candidate skill {data['skill']}: {escape(data['title'])}[/]"
+            )
+        elif event == "verify_skill":
+            err.print(f"[dim]verifying a skill: re-measuring {escape(data['label'])}[/]")
+        elif event == "learn_failed":
+            err.print(
+                f"[yellow]analysis of node {data['node']} failed (the node is kept): {escape(data['error'][:300])}[/]"
+            )
 
     return on_event
 
@@ -122,6 +137,14 @@ def _print_summary(summary: dict[str, Any]) -> None:
         f"{summary['tokens_in'] + summary['tokens_out']} tokens, ${summary['cost_usd']:.2f}; "
         f"stopped: {escape(summary['stop_reason'])}"
     )
+    if summary.get("warm_start"):
+        best_warm = max(summary["warm_start"], key=lambda w: w["fitness"])
+        out.print(f"warm start: {len(summary['warm_start'])} earlier kernel(s) seeded the tree "
+                  f"(best of them: node {best_warm['node']}, fitness {best_warm['fitness']:.2f})")  # fmt: skip
+    skills = summary.get("skills") or {}
+    if skills.get("candidates") or skills.get("verified"):
+        out.print(f"skills: {skills.get('candidates', 0)} candidate(s) from this run; verified now: "
+                  f"{', '.join(skills.get('verified') or []) or 'none'} (`kernelevolve skills list`)")  # fmt: skip
     if summary.get("best_candidate"):
         out.print(f"best kernel: {escape(summary['best_candidate'])}")
     if summary.get("export"):

@@ -1,0 +1,316 @@
+"""The knowledge commands: kb (search, add, list, show, export, import), skills (list, show), profile.
+
+Registered on `cli.app` (see cli.py). Output goes to stdout (tables, or one JSON document with
+`--json`); errors to stderr with a hint, exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from kernelevolve.cli import JsonOpt, PlatformOpt, WorkspaceOpt, _fail, _fmt_x, _settings, app, err, out
+from kernelevolve.errors import KernelevolveError
+
+kb_app = typer.Typer(help="The knowledge base: search, add a platform's documents, list, show, share.",
+                     no_args_is_help=True)  # fmt: skip
+skills_app = typer.Typer(help="Skills distilled from verified improvements.", no_args_is_help=True)
+app.add_typer(kb_app, name="kb")
+app.add_typer(skills_app, name="skills")
+
+
+def _kb(workspace: Path | None) -> Any:
+    from kernelevolve.knowledge.index import KnowledgeBase, get_embedder
+    from kernelevolve.store import Workspace
+
+    settings = _settings(workspace)
+    ws = Workspace.open(settings.workspace)
+    return ws, KnowledgeBase(ws, embedder=get_embedder(settings.kb_embedder))
+
+
+def _dump(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+@kb_app.command("search")
+def kb_search(
+    query: Annotated[str, typer.Argument(help="What you are looking for, in words.")],
+    platform: Annotated[
+        str | None, typer.Option("--platform", "-p", help="Only documents for this platform.")
+    ] = None,
+    target: Annotated[
+        str | None, typer.Option(help="Hardware target, e.g. cuda:sm90 (boosts its documents).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n")] = 5,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search the knowledge base.
+
+    \b
+    Examples:
+      kernelevolve kb search "memory bound row reduction hopper"
+      kernelevolve kb search "out of resources shared memory" --platform cuda --json
+    """
+    try:
+        ws, kb = _kb(workspace)
+        with ws:
+            hits = kb.search(query, platform=platform, limit=limit, **({"target": target} if target else {}))
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _dump({"query": query, "results": [{"id": h.doc.id, "title": h.doc.title, "category": h.doc.category,
+                                             "platforms": h.doc.platforms, "score": round(h.score, 4),
+                                             "why": h.why, "text": h.doc.body} for h in hits]})  # fmt: skip
+        return
+    if not hits:
+        err.print("[yellow]nothing found[/] (`kernelevolve kb list` shows what is indexed)")
+        raise typer.Exit(1)
+    for h in hits:
+        out.print(
+            f"[bold]{escape(h.doc.id)}[/]  {escape(h.doc.title)}  [dim]({h.doc.category}, score {h.score:.2f})[/]"
+        )
+        first = " ".join(h.doc.body.split())[:240]
+        out.print(f"  {escape(first)}...")
+
+
+@kb_app.command("add")
+def kb_add(
+    path: Annotated[Path, typer.Argument(help="A folder (or a file) of .md or .txt documents.")],
+    platform: Annotated[
+        str, typer.Option("--platform", "-p", help="Platform name, optionally with a target: npu or npu:v2.")
+    ],
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add a platform's documentation (any platform, including one kernelevolve does not know).
+
+    \b
+    Example:
+      kernelevolve kb add ./our-npu-manuals --platform npu:v2
+    Documents are split at headings into pieces of a few hundred words and indexed; adding the same
+    files again replaces them.
+    """
+    if not path.exists():
+        _fail(KernelevolveError(f"{path}: no such file or folder"))
+        return
+    try:
+        ws, kb = _kb(workspace)
+        with ws:
+            docs = kb.add(path, platform)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _dump({"added": len(docs), "ids": [d.id for d in docs]})
+        return
+    files = len({d.path for d in docs})
+    out.print(f"added {len(docs)} pieces from {files} file(s) for platform {escape(platform)}")
+
+
+@kb_app.command("list")
+def kb_list(
+    platform: Annotated[str | None, typer.Option("--platform", "-p")] = None,
+    category: Annotated[
+        str | None, typer.Option(help="constraint | guidance | hardware | sample | skill | user")
+    ] = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List indexed documents."""
+    try:
+        ws, kb = _kb(workspace)
+        with ws:
+            docs = kb.listing(platform, category)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _dump([{k: v for k, v in d.to_dict().items() if k != "body"} for d in docs])
+        return
+    table = Table(title=f"{len(docs)} documents")
+    for col in ("id", "category", "platforms", "title"):
+        table.add_column(col)
+    for d in docs:
+        table.add_row(escape(d.id), d.category, ",".join(d.platforms) or "any", escape(d.title[:80]))
+    out.print(table)
+
+
+@kb_app.command("show")
+def kb_show(
+    doc: Annotated[str, typer.Argument(help="A document id (or a unique prefix or last path part).")],
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print one document."""
+    try:
+        ws, kb = _kb(workspace)
+        with ws:
+            found = kb.get(doc)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if found is None:
+        _fail(
+            KernelevolveError(
+                f"no document {doc!r} (or it names several)", hint="`kernelevolve kb list` shows the ids"
+            )
+        )
+        return
+    if as_json:
+        _dump(found.to_dict())
+        return
+    out.print(f"[bold]{escape(found.title)}[/]  [dim]{escape(found.id)} ({found.category}; "
+              f"platforms {','.join(found.platforms) or 'any'})[/]")  # fmt: skip
+    out.print(escape(found.body), markup=False)
+
+
+@kb_app.command("export")
+def kb_export(
+    path: Annotated[Path, typer.Argument(help="The share file to write (JSON).")],
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Write this workspace's verified kernels, skills and added documents to one file."""
+    from kernelevolve.knowledge.share import export_bundle
+
+    try:
+        ws, _ = _kb(workspace)
+        with ws:
+            counts = export_bundle(ws, path)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    out.print(
+        f"wrote {path}: {counts['kernels']} kernels, {counts['skills']} skills, {counts['docs']} documents"
+    )
+
+
+@kb_app.command("import")
+def kb_import(
+    path: Annotated[Path, typer.Argument(help="A file written by `kernelevolve kb export`.")],
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Import another workspace's kernels (for warm starts), skills and documents."""
+    from kernelevolve.knowledge.share import import_bundle
+
+    try:
+        ws, kb = _kb(workspace)
+        with ws:
+            counts = import_bundle(ws, path, kb)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    out.print(f"imported {counts['kernels']} new kernels, {counts['skills']} skills "
+              f"({counts['verified_skills']} verified), {counts['docs']} documents")  # fmt: skip
+
+
+@skills_app.command("list")
+def skills_list(
+    status: Annotated[str | None, typer.Option(help="candidate | verified")] = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List skills with their status and provenance."""
+    try:
+        ws, _ = _kb(workspace)
+        with ws:
+            skills = ws.skills(status)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _dump(skills)
+        return
+    table = Table(title=f"{len(skills)} skills")
+    for col in ("id", "status", "platform", "pattern", "found in", "best gain", "title"):
+        table.add_column(col)
+    for s in skills:
+        gain = max((p.get("gain") or 0 for p in s["provenance"]), default=0)
+        table.add_row(s["id"], s["status"], s["platform"], s["pattern"] or "-", str(len(s["provenance"])),
+                      _fmt_x(gain), escape(s["title"][:70]))  # fmt: skip
+    out.print(table)
+
+
+@skills_app.command("show")
+def skills_show(
+    skill: Annotated[str, typer.Argument(help="A skill id (or a unique prefix).")],
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print one skill: its text, change and provenance."""
+    try:
+        ws, _ = _kb(workspace)
+        with ws:
+            found = ws.skill(skill)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if found is None:
+        _fail(
+            KernelevolveError(
+                f"no skill {skill!r} (or it names several)", hint="`kernelevolve skills list` shows them"
+            )
+        )
+        return
+    if as_json:
+        _dump(found)
+        return
+    out.print(f"[bold]{escape(found['title'])}[/]  [dim]{found['id']} ({found['status']})[/]")
+    out.print(escape(found["text"]))
+    out.print(f"change: {escape(json.dumps(found['change']))}")
+    for p in found["provenance"]:
+        rep = {None: "not re-measured", True: f"reproduced {_fmt_x(p.get('reproduced_gain'))}",
+               False: f"not reproduced ({_fmt_x(p.get('reproduced_gain'))})"}[p.get("reproduced")]  # fmt: skip
+        out.print(f"- run {p['run']} nodes {p['parent']}->{p['child']} on {escape(p['spec'])}: "
+                  f"{_fmt_x(p['gain'])}; {rep}")  # fmt: skip
+
+
+@app.command("profile")
+def profile_cmd(
+    spec: Annotated[Path, typer.Argument(help="The spec (.py).")],
+    candidate: Annotated[Path, typer.Argument(help="The candidate (.py defining ModelNew).")],
+    shape: Annotated[str | None, typer.Option(help="The shape to profile (default: the heaviest).")] = None,
+    profiler: Annotated[
+        str | None, typer.Option(help="auto | torch | ncu | off (auto: ncu where present).")
+    ] = None,
+    platform: PlatformOpt = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Diagnose one kernel: the harness's verdict and roofline, torch.profiler and (on NVIDIA) ncu.
+
+    \b
+    Examples:
+      kernelevolve profile examples/softmax/spec.py examples/softmax/triton_rowsoftmax.py
+      kernelevolve profile examples/softmax/spec.py examples/softmax/c_rowsoftmax.py --platform cpu --json
+    """
+    from kernelevolve.profile.run import profile_file
+
+    try:
+        settings = _settings(workspace, platform=platform, profile=profiler)
+        result = profile_file(spec, candidate, settings, shape=shape)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _dump(result)
+        raise typer.Exit(0 if result["status"] == "ok" else 1)
+    d = result["diagnosis"] or {}
+    out.print(f"[bold]{escape(result['candidate'])}[/]: {result['status']}, {_fmt_x(result['speedup_vs_eager'])} vs eager, "
+              f"{_fmt_x(result['speedup_vs_compile'])} vs compile")  # fmt: skip
+    if d:
+        from kernelevolve.synth.prompt import diagnosis_text
+
+        out.print(escape(diagnosis_text(d)))
+    m = result["metrics"]
+    out.print(f"[dim]profilers: {', '.join(m['tools']) or 'none'}[/]")
+    for e in m["errors"]:
+        err.print(f"[yellow]{escape(e)}[/]")
+    raise typer.Exit(0 if result["status"] == "ok" else 1)
