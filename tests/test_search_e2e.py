@@ -174,13 +174,17 @@ def test_model_through_the_engine_records_failures_costs_and_stops_at_the_usd_ca
         assert run["cost_usd"] == pytest.approx(3 * (1000 * 100 + 100 * 1000) / 1e6)
         assert summary["best_node"] == 1 and summary["synthesizer"] == "scripted:fake-1"
 
-        # a USD cap: the first expansion costs $0.20, the cap is $0.30: two nodes, then a clean stop
+        # a USD cap: the first expansion costs $0.20, the cap is $0.30: two model nodes, then a clean
+        # stop. The run also starts warm from run 1's kernel (same spec), which costs no tokens.
         _register_script([text_reply(code)] * 5)
         run2 = start(SPECS / "softmax.py", settings, SearchConfig(draft=5, parallel=1), Limits(budget=5, max_usd=0.3),
                      SynthConfig("scripted:fake-1", single_shot=True))  # fmt: skip
         summary2 = drive(run2, ws)
         assert "USD budget" in summary2["stop_reason"] or "cap" in summary2["stop_reason"]
-        assert summary2["nodes"] == 2
+        with Workspace.open(ws) as w:
+            modes = [n["mode"] for n in w.nodes(run2)]
+        assert modes[0] == "warm" and len(summary2["warm_start"]) == 1
+        assert summary2["nodes"] == 3 and modes.count("warm") == 1  # 1 warm + 2 paid nodes
     finally:
         providers.unregister("scripted")
 
