@@ -361,10 +361,11 @@ class Engine:
                 and parent is not None
                 and learning.beats_parent(node, parent, self.search.min_gain)
             ):
-                skill = learning.skill_candidate(
-                    self.ws, self.run_id, self.spec, self.ctx.platform.name, self.target, self.pattern, node,
-                    parent, device=str(self.ctx.profile.get("device") or ""),
-                )  # fmt: skip
+                with self._lock:  # a read-merge-write of the skill: one expansion at a time
+                    skill = learning.skill_candidate(
+                        self.ws, self.run_id, self.spec, self.ctx.platform.name, self.target, self.pattern,
+                        node, parent, device=str(self.ctx.profile.get("device") or ""),
+                    )  # fmt: skip
                 self.emit("skill", {"node": node_id, "skill": skill["id"], "title": skill["title"]})
         except Exception as exc:
             self.emit("learn_failed", {"node": node_id, "error": f"{type(exc).__name__}: {exc}"})
