@@ -26,12 +26,12 @@ app.add_typer(skills_app, name="skills")
 
 
 def _kb(workspace: Path | None) -> Any:
-    from kernelevolve.knowledge.index import KnowledgeBase, get_embedder
+    from kernelevolve.knowledge.index import KnowledgeBase
     from kernelevolve.store import Workspace
 
     settings = _settings(workspace)
     ws = Workspace.open(settings.workspace)
-    return ws, KnowledgeBase(ws, embedder=get_embedder(settings.kb_embedder))
+    return ws, KnowledgeBase.for_settings(ws, settings)
 
 
 def _dump(doc: Any) -> None:

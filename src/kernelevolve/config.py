@@ -58,8 +58,10 @@ class Settings:
     # Results above these are `suspicious`, never a win.
     suspicious_speedup: float = 10.0
     roofline_margin: float = 1.05  # allowed excess over the datasheet roofline before flagging
-    # Profiling: which profilers refine a diagnosis ("auto": ncu where present on a GPU, else
-    # torch.profiler; "off": the roofline alone), and how long one profiling process may take.
+    # Profiling: which profilers refine a diagnosis ("auto": torch.profiler, plus ncu where present on
+    # an NVIDIA GPU; "off": the roofline alone), and how long one profiling process may take. During a
+    # search "auto" profiles new bests on GPUs only (on the CPU, torch.profiler sees nothing inside a C
+    # kernel); set "torch" to profile there too. `kernelevolve profile` honours "auto" everywhere.
     profile: str = "auto"
     profile_timeout_s: float = 180.0
     profile_budget: int = 3  # new bests profiled per run (each costs ~10-20 s of device time with ncu)

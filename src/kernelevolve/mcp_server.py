@@ -129,12 +129,14 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
         query: str, platform_name: str | None = None, limit: int = 5
     ) -> list[dict[str, Any]]:
         """Knowledge documents (constraints, guidance, hardware, code samples, verified skills) for a query."""
+        from kernelevolve.config import load_settings
         from kernelevolve.knowledge import KnowledgeBase
         from kernelevolve.store import Workspace
 
         def go() -> list[dict[str, Any]]:
             with Workspace.open(workspace) as ws:
-                hits = KnowledgeBase(ws).search(query, platform=platform_name or platform, limit=limit)
+                kb = KnowledgeBase.for_settings(ws, load_settings(workspace))
+                hits = kb.search(query, platform=platform_name or platform, limit=limit)
             return [{"doc": h.doc.id, "title": h.doc.title, "category": h.doc.category, "text": h.doc.body}
                     for h in hits]  # fmt: skip
 

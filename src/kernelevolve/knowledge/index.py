@@ -100,7 +100,7 @@ STATUS_WORDS = {
 class Signals:
     """What a step of the search knows about its situation."""
 
-    platform: str
+    platform: str  # "" for no platform filter (a person's free-text search)
     target: str = ""
     pattern: str = ""
     diagnosis: str = ""  # a diagnosis class: memory-bound, compute-bound, launch-bound, ...
@@ -124,8 +124,6 @@ class Signals:
         """Signal values a document's trigger may equal."""
         out = {s for s in (self.pattern, self.diagnosis, self.phase) if s}
         out.update(self.statuses)
-        if self.diagnosis:
-            out.add(self.diagnosis.split(",")[0].strip())
         out.update(ALIASES.get(self.pattern, ()))
         return {s.lower() for s in out}
 
@@ -193,6 +191,11 @@ register_embedder("sentence-transformers", _SentenceTransformers)
 class KnowledgeBase:
     """Search, add and list documents in one workspace's index."""
 
+    @classmethod
+    def for_settings(cls, ws: Workspace, settings: Any) -> KnowledgeBase:
+        """The workspace's knowledge base with the embedder the settings name (`kb_embedder`)."""
+        return cls(ws, embedder=get_embedder(settings.kb_embedder))
+
     def __init__(self, ws: Workspace, embedder: Embedder | None = None):
         self.ws = ws
         self.embedder = embedder
@@ -249,11 +252,6 @@ class KnowledgeBase:
         self.ws.kb_replace(docs)
         self._docs = None
 
-    def remove(self, prefix: str) -> int:
-        n = self.ws.kb_delete(prefix)
-        self._docs = None
-        return n
-
     # -- retrieval --------------------------------------------------------------------------------
 
     def retrieve(
@@ -276,7 +274,7 @@ class KnowledgeBase:
         errors = signals.errors.lower()
         for doc_id, raw in lexical.items():
             found = docs.get(doc_id)
-            if found is None or not found.applies_to(signals.platform):
+            if found is None or (signals.platform and not found.applies_to(signals.platform)):
                 continue
             d = found
             if categories and d.category not in categories:
@@ -297,7 +295,7 @@ class KnowledgeBase:
                     why.append(f"target {signals.target}")
                 else:
                     score -= 0.3
-            if signals.platform in d.platforms:  # written for this platform, not for any
+            if signals.platform and signals.platform in d.platforms:  # for this platform, not for any
                 score += 0.3
             score += _phase_boost(d, signals.phase)
             if d.category == "skill":
@@ -310,16 +308,7 @@ class KnowledgeBase:
 
     def search(self, query: str, platform: str | None = None, limit: int = 5, **signals: Any) -> list[Hit]:
         """Free-text search (the CLI's `kb search`); `platform` None searches every platform's docs."""
-        if platform is None:
-            results: list[Hit] = []
-            for p in sorted({p for d in self.docs().values() for p in (d.platforms or ["any"])} | {"any"}):
-                results.extend(self.retrieve(Signals(platform=p, text=query, **signals), limit=limit))
-            best: dict[str, Hit] = {}
-            for h in results:
-                if h.doc.id not in best or h.score > best[h.doc.id].score:
-                    best[h.doc.id] = h
-            return sorted(best.values(), key=lambda h: (-h.score, h.doc.id))[:limit]
-        return self.retrieve(Signals(platform=platform, text=query, **signals), limit=limit)
+        return self.retrieve(Signals(platform=platform or "", text=query, **signals), limit=limit)
 
     def _hybrid(self, signals: Signals, hits: list[Hit], k: int = 60) -> list[Hit]:
         assert self.embedder is not None

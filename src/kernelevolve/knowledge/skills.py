@@ -4,7 +4,7 @@ When a child beats its parent by more than the noise, the step is distilled into
 what changed (the declared tunables that moved, or for free-form code the constructs it added and
 removed), on which platform and target, for which operator pattern, from which diagnosis, and how
 much it gained. Without a model this is a rule-based summary of the diff and the diagnosis; an LLM
-operator may write the text instead (`text_by`), the structured `change` stays the rule's.
+operator writing the text is not implemented yet.
 
 A candidate skill is never retrieved. It is verified when its gain is reproduced: the parent and
 the child are evaluated again, each in a fresh worker against live baselines, and the child still
@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kernelevolve.knowledge.docs import Doc
@@ -86,10 +86,10 @@ def skill_key(platform: str, pattern: str, change: Mapping[str, Any]) -> str:
 
 def distill(
     *, run_id: str, spec: Any, platform: str, target: str, pattern: str, parent: Any, child: Any,
-    device: str = "", text_by: Callable[[str], str | None] | None = None,
+    device: str = "",
 ) -> dict[str, Any]:  # fmt: skip
     """A candidate skill from a parent and a child that beat it (search `Node`s with sources and
-    verdicts). `text_by`, if given, may rewrite the rule-based text (a model's distillation)."""
+    verdicts)."""
     assert parent.source is not None and child.source is not None
     change = change_of(parent.source, child.source)
     gain = child.fitness / parent.fitness if parent.fitness else 0.0
@@ -105,8 +105,6 @@ def distill(
         text += " Per shape: " + ", ".join(f"{k} {v:.2f}x" for k, v in shape_gains.items()) + "."
     if child.diagnosis and child.diagnosis.get("class"):
         text += f" After the change: {child.diagnosis.get('summary') or child.diagnosis['class']}."
-    if text_by is not None:
-        text = text_by(text) or text
     key = skill_key(platform, pattern, change)
     return {
         "id": hashlib.sha256(key.encode()).hexdigest()[:10],
@@ -196,9 +194,7 @@ def as_doc(skill: Mapping[str, Any]) -> Doc:
     """A verified skill as a knowledge document."""
     runs = sorted({p["run"] for p in skill["provenance"]})
     specs = sorted({p["spec"] for p in skill["provenance"]})
-    diags = sorted(
-        {str(p.get("diagnosis", "")).split(",")[0] for p in skill["provenance"] if p.get("diagnosis")}
-    )
+    diags = sorted({str(p["diagnosis"]) for p in skill["provenance"] if p.get("diagnosis")})
     keys = list(skill["change"].get("tunables", {})) or list(skill["change"].get("code", {}).get("added", []))
     body = (
         f"{skill['text']}\n\nChange: {describe_change(skill['change'])}.\n"

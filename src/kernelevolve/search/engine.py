@@ -39,7 +39,7 @@ from kernelevolve.errors import KernelevolveError
 from kernelevolve.evaluate.guards import check_source
 from kernelevolve.evaluate.pool import EvaluatorPool
 from kernelevolve.evaluate.verdict import Verdict
-from kernelevolve.knowledge.index import KnowledgeBase, get_embedder
+from kernelevolve.knowledge.index import KnowledgeBase
 from kernelevolve.platforms import Platform
 from kernelevolve.profile.diagnosis import diagnose, reference_analysis
 from kernelevolve.profile.run import profile_candidate
@@ -57,10 +57,6 @@ Event = Callable[[str, dict[str, Any]], None]
 FAILED_SYNTH = ("exhausted", "synth_error")
 MAX_REMEASURE = 4  # distinct winners re-measured at the end
 KNOWLEDGE_DOCS = 4  # documents retrieved into each task
-
-
-def knowledge_base(ws: Workspace, settings: Settings) -> KnowledgeBase:
-    return KnowledgeBase(ws, embedder=get_embedder(settings.kb_embedder))
 
 
 @dataclass
@@ -106,7 +102,7 @@ class Engine:
         self.pool: EvaluatorPool | None = None
         self.target = str(ctx.profile.get("target") or ctx.platform.name)
         self.pattern = self.ws.run(run_id).get("pattern") or ""
-        self.kb = knowledge_base(self.ws, ctx.settings)
+        self.kb = KnowledgeBase.for_settings(self.ws, ctx.settings)
         self.tools = EngineTools(None, ctx.spec, ctx.platform, self._tool_kb(), self.target)
 
     def _tool_kb(self) -> KnowledgeBase | None:

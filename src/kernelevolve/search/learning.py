@@ -102,11 +102,11 @@ def beats_parent(node: Node, parent: Node | None, min_gain: float) -> bool:
 
 def skill_candidate(
     ws: Workspace, run_id: str, spec: Any, platform: str, target: str, pattern: str, node: Node,
-    parent: Node, device: str = "", text_by: Callable[[str], str | None] | None = None,
+    parent: Node, device: str = "",
 ) -> dict[str, Any]:  # fmt: skip
     """Distill the step parent -> node into a candidate skill and store it (merged with a near-duplicate)."""
     new = sk.distill(run_id=run_id, spec=spec, platform=platform, target=target, pattern=pattern,
-                     parent=parent, child=node, device=device, text_by=text_by)  # fmt: skip
+                     parent=parent, child=node, device=device)  # fmt: skip
     existing = ws.skill(new["id"])
     merged = sk.merge(existing, new)
     ws.put_skill(merged)

@@ -58,8 +58,10 @@ class EngineTools:
 def snippet(hit: Any) -> Snippet:
     """A retrieval hit as the synthesizer's `Snippet`."""
     d = hit.doc
-    return Snippet(doc=d.id, title=d.title, text=d.body, score=round(hit.score, 3), category=d.category,
-                   data=dict((d.meta.get("change") and {"change": d.meta["change"]}) or {}))  # fmt: skip
+    data = {"change": d.meta["change"]} if "change" in d.meta else {}
+    return Snippet(
+        doc=d.id, title=d.title, text=d.body, score=round(hit.score, 3), category=d.category, data=data
+    )
 
 
 def describe_verdict(v: dict[str, Any]) -> str:

@@ -40,12 +40,13 @@ class KnowledgeMixin:
         rows = self._rows("SELECT value FROM kb_meta WHERE key = ?", (key,))
         return str(rows[0]["value"]) if rows else None
 
-    def kb_replace(self, docs: Iterable[Doc], *, origin: str | None = None, ids: Iterable[str] = (),
-                   meta: Mapping[str, str] | None = None) -> int:  # fmt: skip
-        """Delete every document of `origin` (and the given `ids`), insert `docs`, set `meta`: one
-        transaction, so a reader never sees a half-built index. Returns the number inserted."""
+    def kb_replace(
+        self, docs: Iterable[Doc], *, origin: str | None = None, meta: Mapping[str, str] | None = None
+    ) -> int:
+        """Delete every document of `origin` and any with the ids of `docs`, insert `docs`, set `meta`:
+        one transaction, so a reader never sees a half-built index. Returns the number inserted."""
         docs = list(docs)
-        drop = set(ids) | {d.id for d in docs}
+        drop = {d.id for d in docs}
         with self._write() as conn:
             if origin is not None:
                 drop |= {r[0] for r in conn.execute("SELECT id FROM kb_docs WHERE origin = ?", (origin,))}
@@ -78,17 +79,10 @@ class KnowledgeMixin:
                 conn.execute("DELETE FROM kb_fts WHERE id = ?", (doc_id,))
         return len(ids)
 
-    def kb_docs(self, ids: Iterable[str] | None = None) -> list[Doc]:
+    def kb_docs(self) -> list[Doc]:
         from kernelevolve.knowledge.docs import Doc
 
-        if ids is None:
-            rows = self._rows("SELECT * FROM kb_docs ORDER BY id")
-        else:
-            wanted = list(ids)
-            if not wanted:
-                return []
-            marks = ",".join("?" * len(wanted))
-            rows = self._rows(f"SELECT * FROM kb_docs WHERE id IN ({marks})", tuple(wanted))
+        rows = self._rows("SELECT * FROM kb_docs ORDER BY id")
         return [
             Doc(id=r["id"], title=r["title"], category=r["category"], body=r["body"],
                 platforms=json.loads(r["platforms"]), targets=json.loads(r["targets"]),
