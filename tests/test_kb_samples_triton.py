@@ -5,8 +5,7 @@ for its spec (`samples/specs/<op>.py`) and must stay one.
   reference at the spec's first shape, at its CONFIG and at a configuration with every tunable moved.
   The interpreter is switched on by TRITON_INTERPRET before triton is imported, so all samples run
   in one subprocess, away from this process (about a minute on two cores).
-- Static: TUNABLES/CONFIG are well formed and rewritable, the source passes the pool's static guards,
-  and each sample's document (`samples/triton-<op>.md`) has the front matter that points at its files.
+- Their tunables, guards and documents are checked in `test_kb_samples.py`.
 - GPU (marker `gpu`): every sample goes through the real harness on CUDA at every shape of its spec.
 """
 
@@ -21,53 +20,16 @@ from typing import Any
 
 import pytest
 
-import kernelevolve
 from kernelevolve.evaluate import EvaluatorPool, Status
-from kernelevolve.evaluate.pool import static_report
-from kernelevolve.knowledge.docs import doc_from_text
 from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner import tunables
 from tests.conftest import harness_settings
+from tests.kb_samples import OPS, kernel, spec
 
-SAMPLES_DIR = Path(kernelevolve.__file__).parent / "knowledge" / "docs" / "samples"
-OPS = [
-    "bias_gelu",
-    "softmax",
-    "rmsnorm",
-    "linear_relu",
-    "bmm",
-    "conv2d",
-    "attention",
-    "embedding_bag",
-    "bucketize",
-]
-PATTERNS = {
-    "elementwise",
-    "row",
-    "gemm",
-    "batched-gemm",
-    "conv",
-    "attention",
-    "gather",
-    "jagged",
-    "bucketize",
-}
-
-# Interpreter runs: the spec's first shape, updated with these params where the interpreter would be
-# slow at it (it runs every program of the grid in Python, one after another). All run as written now.
-SHRINK: dict[str, dict[str, int]] = {}
 # The interpreter computes tl.dot in fp32 whatever input_precision says, so the tf32 samples are held
 # to fp32-level agreement here; the GPU run applies the harness's own tolerances.
 TOL = {"strict_fp32": 1e-5, "tf32": 1e-4}
-
-
-def _kernel(op: str) -> Path:
-    return SAMPLES_DIR / "triton" / f"{op}.py"
-
-
-def _spec(op: str) -> Path:
-    return SAMPLES_DIR / "specs" / f"{op}.py"
 
 
 _RUNNER = r"""
@@ -128,15 +90,15 @@ def interpreted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("kb-triton")
     manifest = []
     for op in OPS:
-        spec = load_spec(_spec(op))
-        params = {**spec.shapes[0].params, **SHRINK.get(op, {})}
-        source = _kernel(op).read_text()
+        ref = load_spec(spec(op))
+        params = ref.shapes[0].params
+        source = kernel("triton", op).read_text()
         other = tmp / f"{op}_other.py"
         other.write_text(tunables.write(source, _other_config(source)))
-        for case_id, path in ((op, _kernel(op)), (f"{op}@other", other)):
+        for case_id, path in ((op, kernel("triton", op)), (f"{op}@other", other)):
             manifest.append(
-                {"op": case_id, "spec": str(_spec(op)), "candidate": str(path), "params": params,
-                 "tol": TOL[spec.precision]}
+                {"op": case_id, "spec": str(spec(op)), "candidate": str(path), "params": params,
+                 "tol": TOL[ref.precision]}
             )  # fmt: skip
     (tmp / "cases.json").write_text(json.dumps(manifest))
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -156,35 +118,9 @@ def test_sample_matches_reference_under_interpreter(op: str, interpreted: dict[s
 @pytest.mark.parametrize("op", OPS)
 def test_sample_at_other_config_matches_reference(op: str, interpreted: dict[str, str]) -> None:
     assert interpreted[f"{op}@other"] == "ok", (
-        _other_config(_kernel(op).read_text()),
+        _other_config(kernel("triton", op).read_text()),
         interpreted[f"{op}@other"],
     )
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_sample_declares_tunables_and_passes_guards(op: str) -> None:
-    source = _kernel(op).read_text()
-    declared = tunables.read(source)
-    assert declared is not None, "no TUNABLES/CONFIG"
-    choices, config = declared
-    assert set(choices) == set(config)
-    other = {k: v[0] for k, v in choices.items()}  # the tuner can rewrite CONFIG in place
-    assert tunables.read(tunables.write(source, other)) == (choices, other)
-    report = static_report(source, load_spec(_spec(op)), get_platform("cuda"))
-    assert report.ok, (report.syntax_error, report.violations)
-    assert report.kinds == {"triton"}
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_sample_document_points_at_its_files(op: str) -> None:
-    path = SAMPLES_DIR / f"triton-{op}.md"
-    doc = doc_from_text(path.read_text(), f"samples/triton-{op}", str(path), "builtin")
-    assert doc.category == "sample" and doc.platforms == ["cuda", "rocm"]
-    assert doc.meta == {"spec": f"specs/{op}.py", "kernel": f"triton/{op}.py"}
-    assert _spec(op).is_file() and _kernel(op).is_file()
-    assert set(doc.triggers) & PATTERNS, "no operator-pattern trigger"
-    assert doc.title and doc.tags
-    assert 120 <= len(doc.body.split()) <= 400, len(doc.body.split())
 
 
 # -- GPU --------------------------------------------------------------------------------------------
@@ -195,12 +131,12 @@ def test_sample_document_points_at_its_files(op: str) -> None:
 def test_sample_is_ok_on_cuda(op: str, tmp_path: Path) -> None:
     """The real harness at every shape: correct, guarded, timed against eager."""
     settings = harness_settings(tmp_path, "cuda", timing_budget_s=0.3, compile_timeout_s=120)
-    spec = load_spec(_spec(op))
-    with EvaluatorPool(spec, get_platform("cuda"), settings) as pool:
-        v = pool.evaluate_one(_kernel(op).read_text(), "sample.py")
+    ref = load_spec(spec(op))
+    with EvaluatorPool(ref, get_platform("cuda"), settings) as pool:
+        v = pool.evaluate_one(kernel("triton", op).read_text(), "sample.py")
     per_shape = {s.name: s.speedup_vs_eager for s in v.shapes}
     summary = f"{op}: {v.status} speedup_vs_eager {v.speedup_vs_eager} per shape {per_shape}"
     print(summary)
     assert v.status == Status.OK, f"{summary}: {v.message}"
-    assert set(per_shape) == {s.name for s in spec.shapes}, summary
+    assert set(per_shape) == {s.name for s in ref.shapes}, summary
     assert v.speedup_vs_eager is not None, summary

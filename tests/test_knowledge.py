@@ -349,7 +349,6 @@ def test_hybrid_ranking_uses_a_registered_embedder(tmp_path: Path) -> None:
 
     ws = Workspace.open(tmp_path / "ws")
     hybrid = KnowledgeBase(ws, embedder=get_embedder("toy:"))
-    docs = {d.id: d for d in builtin_docs()[:3]}
     a, b, c = (Doc(id=i, title=i, category="user", body=body) for i, body in
                (("a", "scratchpad"), ("b", "vector unit"), ("c", "tile loops")))  # fmt: skip
     lexical = [Hit(b, 3.0), Hit(a, 2.0), Hit(c, 1.0)]  # dense order: a, c, b
@@ -360,7 +359,7 @@ def test_hybrid_ranking_uses_a_registered_embedder(tmp_path: Path) -> None:
     (folder / "s.md").write_text("# Scratch\n\nrow reduction through the scratchpad on the npu, 12 lanes.")
     hybrid.add(folder, "npu")
     top = hybrid.retrieve(Signals("npu", text="scratchpad row reduction"), limit=2)
-    assert top[0].doc.id == "user/npu/s#1" and any("dense rank" in w for w in top[0].why) and docs
+    assert top[0].doc.id == "user/npu/s#1" and any("dense rank" in w for w in top[0].why)
     with pytest.raises(Exception, match="unknown embedder"):
         get_embedder("nope:x")
 

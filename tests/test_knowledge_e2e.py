@@ -51,7 +51,7 @@ def test_profile_cli_prints_diagnosis_roofline_and_metrics(tmp_path: Path) -> No
     )
     assert isinstance(result["roofline_fraction"], float) and 0 < result["roofline_fraction"] < 1.5
     assert result["metrics"]["tools"] == ["torch.profiler"] and result["metrics"]["profiler"]["iters"] >= 1
-    assert any("ncu" in e for e in result["metrics"]["errors"]) is False  # ncu is not tried on the CPU
+    assert not any("ncu" in e for e in result["metrics"]["errors"])  # ncu is not tried on the CPU
     bad = cli(
         "profile",
         str(SPECS / "softmax.py"),

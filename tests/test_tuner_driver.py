@@ -321,3 +321,57 @@ def test_cuda_uses_the_triton_templates(spec: Spec) -> None:
         tried.add(candidate_hash(p.source))
         templates.append(p.note)
     assert templates[0].startswith("template triton-")
+
+
+# -- knowledge and diagnosis -------------------------------------------------------------------------
+
+
+def test_a_retrieved_skill_is_applied_first(spec: Spec, template: str) -> None:
+    from kernelevolve.synth.base import Snippet
+
+    _, default = declared(template)
+    parent = node(5, template, default)
+    # the skill's exact move where its old value is the parent's; otherwise a step its way
+    exact = Snippet(
+        "skill/a", "s", "t", category="skill", data={"change": {"tunables": {"grain": [32768, 262144]}}}
+    )
+    t = task(spec, "inherit", parents=[parent])
+    t.knowledge = [exact]
+    p = fresh_tuner(spec).propose(t, NoTools())
+    assert config_of(p) == {**default, "grain": 262144} and p.note.startswith("applied skill/a")
+    step = Snippet("skill/b", "s", "t", category="skill", data={"change": {"tunables": {"chunk": [1, 4]}}})
+    t.knowledge = [step]  # chunk 16 is not the skill's 1, but "up" still applies: 16 -> 64
+    assert config_of(fresh_tuner(spec).propose(t, NoTools()))["chunk"] == 64
+    foreign = Snippet("skill/c", "s", "t", category="skill", data={"change": {"tunables": {"BLOCK": [1, 2]}}})
+    t.knowledge = [foreign]  # a tunable this kernel does not have: an ordinary mutation
+    assert fresh_tuner(spec).propose(t, NoTools()).note.startswith("mutate ")
+
+
+def test_the_parent_diagnosis_favours_the_moves_it_suggests() -> None:
+    from kernelevolve.synth.tuner.driver import PRIOR_WEIGHT, _prior
+
+    space = {"BLOCK": [256, 512, 1024], "num_warps": [2, 4, 8], "order": ["a", "b"]}
+    assert _prior(("BLOCK", 1), space, "memory-bound") == PRIOR_WEIGHT
+    assert _prior(("BLOCK", -1), space, "memory-bound") == 1.0
+    assert _prior(("BLOCK", -1), space, "occupancy-limited") == PRIOR_WEIGHT
+    assert _prior(("num_warps", -1), space, "launch-bound") == PRIOR_WEIGHT
+    assert _prior(("order", 1), space, "memory-bound") == 1.0  # not an ordered numeric choice
+    assert _prior(("BLOCK", 1), space, "") == 1.0  # no diagnosis: no preference
+
+
+def test_inherit_follows_the_diagnosis_more_often_than_not(spec: Spec, template: str) -> None:
+    _, default = declared(template)  # the C template: threads 2 (of 1, 2), grain 32768 (of three)
+    favoured = {}
+    for klass in ("", "launch-bound"):
+        parent = node(5, template, default)
+        parent.diagnosis = {"class": klass} if klass else None
+        hits = 0
+        for seed in range(60):
+            cfg = config_of(
+                fresh_tuner(spec).propose(task(spec, "inherit", parents=[parent], seed=seed), NoTools())
+            )
+            hits += (
+                cfg["threads"] < default["threads"] or cfg["grain"] > default["grain"]
+            )  # larger, fewer tasks
+        favoured[klass] = hits
+    assert favoured["launch-bound"] > 1.3 * favoured[""], favoured

@@ -415,9 +415,10 @@ def _random_configs(rng: random.Random, space: Space, config: Config) -> Iterato
 
 
 # Which moves a diagnosis class favours: (tunable name fragment, direction along an ascending list).
+# Triton templates name BLOCK/ROWS/num_warps/num_stages; the C templates threads/grain.
 PRIORS: dict[str, tuple[tuple[str, int], ...]] = {
-    "launch-bound": (("ROWS", 1), ("num_warps", -1), ("BLOCK", 1)),
-    "memory-bound": (("BLOCK", 1), ("ROWS", 1), ("num_warps", 1), ("VEC", 1)),
+    "launch-bound": (("ROWS", 1), ("num_warps", -1), ("BLOCK", 1), ("grain", 1), ("threads", -1)),
+    "memory-bound": (("BLOCK", 1), ("ROWS", 1), ("num_warps", 1), ("VEC", 1), ("threads", 1)),
     "latency-bound": (("num_stages", 1), ("BLOCK", 1), ("num_warps", 1)),
     "compute-bound": (("BLOCK_M", 1), ("BLOCK_N", 1), ("num_stages", 1), ("num_warps", 1)),
     "occupancy-limited": (("BLOCK", -1), ("num_warps", -1), ("num_stages", -1)),
