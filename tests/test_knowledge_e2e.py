@@ -37,6 +37,22 @@ def test_kb_cli_search_add_list_show(tmp_path: Path) -> None:
     missing = cli("kb", "show", "no/such/doc", ws=ws)
     assert missing.returncode != 0 and "kb list" in missing.stderr
     assert cli("kb", "add", str(tmp_path / "nope"), "--platform", "x", ws=ws).returncode != 0
+    # skills: what `skills list` and `skills show` print of a stored skill
+    provenance = [{"run": "r1", "spec": "softmax", "fingerprint": "f", "parent": 1, "child": 2, "gain": 1.25,
+                   "reproduced": True, "reproduced_gain": 1.2}]  # fmt: skip
+    with Workspace.open(ws) as w:
+        w.put_skill({"id": "abc123", "key": "k", "title": "row on cuda:sm90: num_warps 4 -> 8", "platform": "cuda",
+                     "target": "cuda:sm90", "pattern": "row", "change": {"tunables": {"num_warps": [4, 8]}},
+                     "text": "num_warps 4 -> 8 made it faster", "status": "verified", "provenance": provenance})  # fmt: skip
+    listed_skills = json.loads(cli("skills", "list", "--status", "verified", "--json", ws=ws).stdout)
+    assert [s["id"] for s in listed_skills] == ["abc123"]
+    shown_skill = cli("skills", "show", "abc", ws=ws)
+    assert (
+        shown_skill.returncode == 0
+        and "reproduced 1.20x" in shown_skill.stdout
+        and "nodes 1->2" in shown_skill.stdout
+    )
+    assert cli("skills", "show", "zzz", ws=ws).returncode == 2
 
 
 def test_profile_cli_prints_diagnosis_roofline_and_metrics(tmp_path: Path) -> None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape
@@ -18,6 +19,8 @@ from rich.table import Table
 from kernelevolve.cli import JsonOpt, PlatformOpt, WorkspaceOpt, _fail, _fmt_x, _settings, app, err, out
 from kernelevolve.errors import KernelevolveError
 
+T = TypeVar("T")
+
 kb_app = typer.Typer(help="The knowledge base: search, add a platform's documents, list, show, share.",
                      no_args_is_help=True)  # fmt: skip
 skills_app = typer.Typer(help="Skills distilled from verified improvements.", no_args_is_help=True)
@@ -25,13 +28,19 @@ app.add_typer(kb_app, name="kb")
 app.add_typer(skills_app, name="skills")
 
 
-def _kb(workspace: Path | None) -> Any:
+def _with_kb(workspace: Path | None, work: Callable[[Any, Any], T]) -> T:
+    """Open the workspace and its knowledge base and run `work(ws, kb)`; a library error becomes the
+    CLI's error message and exit code."""
     from kernelevolve.knowledge.index import KnowledgeBase
     from kernelevolve.store import Workspace
 
-    settings = _settings(workspace)
-    ws = Workspace.open(settings.workspace)
-    return ws, KnowledgeBase.for_settings(ws, settings)
+    try:
+        settings = _settings(workspace)
+        with Workspace.open(settings.workspace) as ws:
+            return work(ws, KnowledgeBase.for_settings(ws, settings))
+    except KernelevolveError as exc:
+        _fail(exc)
+        raise  # _fail always exits
 
 
 def _dump(doc: Any) -> None:
@@ -58,13 +67,12 @@ def kb_search(
       kernelevolve kb search "memory bound row reduction hopper"
       kernelevolve kb search "out of resources shared memory" --platform cuda --json
     """
-    try:
-        ws, kb = _kb(workspace)
-        with ws:
-            hits = kb.search(query, platform=platform, limit=limit, **({"target": target} if target else {}))
-    except KernelevolveError as exc:
-        _fail(exc)
-        return
+    hits = _with_kb(
+        workspace,
+        lambda ws, kb: kb.search(
+            query, platform=platform, limit=limit, **({"target": target} if target else {})
+        ),
+    )
     if as_json:
         _dump({"query": query, "results": [{"id": h.doc.id, "title": h.doc.title, "category": h.doc.category,
                                              "platforms": h.doc.platforms, "score": round(h.score, 4),
@@ -101,13 +109,7 @@ def kb_add(
     if not path.exists():
         _fail(KernelevolveError(f"{path}: no such file or folder"))
         return
-    try:
-        ws, kb = _kb(workspace)
-        with ws:
-            docs = kb.add(path, platform)
-    except KernelevolveError as exc:
-        _fail(exc)
-        return
+    docs = _with_kb(workspace, lambda ws, kb: kb.add(path, platform))
     if as_json:
         _dump({"added": len(docs), "ids": [d.id for d in docs]})
         return
@@ -125,13 +127,7 @@ def kb_list(
     as_json: JsonOpt = False,
 ) -> None:
     """List indexed documents."""
-    try:
-        ws, kb = _kb(workspace)
-        with ws:
-            docs = kb.listing(platform, category)
-    except KernelevolveError as exc:
-        _fail(exc)
-        return
+    docs = _with_kb(workspace, lambda ws, kb: kb.listing(platform, category))
     if as_json:
         _dump([{k: v for k, v in d.to_dict().items() if k != "body"} for d in docs])
         return
@@ -150,13 +146,7 @@ def kb_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Print one document."""
-    try:
-        ws, kb = _kb(workspace)
-        with ws:
-            found = kb.get(doc)
-    except KernelevolveError as exc:
-        _fail(exc)
-        return
+    found = _with_kb(workspace, lambda ws, kb: kb.get(doc))
     if found is None:
         _fail(
             KernelevolveError(
@@ -180,13 +170,7 @@ def kb_export(
     """Write this workspace's verified kernels, skills and added documents to one file."""
     from kernelevolve.knowledge.share import export_bundle
 
-    try:
-        ws, _ = _kb(workspace)
-        with ws:
-            counts = export_bundle(ws, path)
-    except KernelevolveError as exc:
-        _fail(exc)
-        return
+    counts = _with_kb(workspace, lambda ws, kb: export_bundle(ws, path))
     out.print(
         f"wrote {path}: {counts['kernels']} kernels, {counts['skills']} skills, {counts['docs']} documents"
     )
@@ -200,13 +184,7 @@ def kb_import(
     """Import another workspace's kernels (for warm starts), skills and documents."""
     from kernelevolve.knowledge.share import import_bundle
 
-    try:
-        ws, kb = _kb(workspace)
-        with ws:
-            counts = import_bundle(ws, path, kb)
-    except KernelevolveError as exc:
-        _fail(exc)
-        return
+    counts = _with_kb(workspace, lambda ws, kb: import_bundle(ws, path, kb))
     out.print(f"imported {counts['kernels']} new kernels, {counts['skills']} skills "
               f"({counts['verified_skills']} verified), {counts['docs']} documents")  # fmt: skip
 
@@ -218,13 +196,7 @@ def skills_list(
     as_json: JsonOpt = False,
 ) -> None:
     """List skills with their status and provenance."""
-    try:
-        ws, _ = _kb(workspace)
-        with ws:
-            skills = ws.skills(status)
-    except KernelevolveError as exc:
-        _fail(exc)
-        return
+    skills = _with_kb(workspace, lambda ws, kb: ws.skills(status))
     if as_json:
         _dump(skills)
         return
@@ -245,13 +217,7 @@ def skills_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Print one skill: its text, change and provenance."""
-    try:
-        ws, _ = _kb(workspace)
-        with ws:
-            found = ws.skill(skill)
-    except KernelevolveError as exc:
-        _fail(exc)
-        return
+    found = _with_kb(workspace, lambda ws, kb: ws.skill(skill))
     if found is None:
         _fail(
             KernelevolveError(
