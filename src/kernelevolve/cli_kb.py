@@ -272,7 +272,7 @@ def profile_cmd(
     out.print(f"[bold]{escape(result['candidate'])}[/]: {result['status']}, {_fmt_x(result['speedup_vs_eager'])} vs eager, "
               f"{_fmt_x(result['speedup_vs_compile'])} vs compile")  # fmt: skip
     if d:
-        from kernelevolve.synth.prompt import diagnosis_text
+        from kernelevolve.synth.render import diagnosis_text
 
         out.print(escape(diagnosis_text(d)))
     m = result["metrics"]

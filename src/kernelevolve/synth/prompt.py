@@ -17,15 +17,15 @@ changed and gained; `compare` shows the parent's siblings, fastest first, with w
 from the slow; `combine` shows both; `fresh` and `draft` show none, whatever the task carries.
 
 Deliberately not here: calling a model, choosing knowledge (the engine retrieves it), tool schemas
-(`synth/operator.py`).
+(`synth/operator.py`), how one node, verdict or diagnosis reads (`synth/render.py`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from kernelevolve.synth.base import NodeView, Snippet, Task
+from kernelevolve.synth.render import bound_of, clip, contrast, diagnosis_text, node_line, verdict_text
 
 CHARS_PER_TOKEN = 4
 MESSAGE_CHARS = 6000  # a verdict's message (compile log, traceback) is clipped to this at first
@@ -271,127 +271,6 @@ def _sources(task: Task) -> dict[str, str]:
     return out
 
 
-def clip(text: str, max_chars: int, what: str = "lines") -> str:
-    """`text` within about `max_chars`: head and tail kept, the middle elided with a marker."""
-    if len(text) <= max_chars:
-        return text
-    lines = text.splitlines()
-    head: list[str] = []
-    tail: list[str] = []
-    used = 0
-    budget_head, budget_tail = max_chars * 2 // 3, max_chars // 3
-    for line in lines:
-        if used + len(line) + 1 > budget_head:
-            break
-        head.append(line)
-        used += len(line) + 1
-    used = 0
-    for line in reversed(lines[len(head) :]):
-        if used + len(line) + 1 > budget_tail:
-            break
-        tail.insert(0, line)
-        used += len(line) + 1
-    if not head and not tail:  # one enormous line
-        return (
-            text[:budget_head]
-            + f"\n[... {len(text) - max_chars} characters elided ...]\n"
-            + text[-budget_tail:]
-        )
-    elided = len(lines) - len(head) - len(tail)
-    return "\n".join([*head, f"# [... {elided} {what} elided to fit the prompt ...]", *tail])
-
-
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.3g}"
-    return str(x)
-
-
-def _speed(n: NodeView) -> str:
-    parts = []
-    if n.speedup_vs_eager is not None:
-        parts.append(f"{n.speedup_vs_eager:.2f}x vs eager")
-    if n.speedup_vs_compile is not None:
-        parts.append(f"{n.speedup_vs_compile:.2f}x vs compile")
-    if n.spread is not None:
-        parts.append(f"noise ±{100 * n.spread:.1f}%")
-    if n.roofline_fraction is not None:
-        parts.append(f"{100 * n.roofline_fraction:.0f}% of roofline")
-    return ", ".join(parts)
-
-
-def _bound(n: NodeView) -> str | None:
-    if n.diagnosis and n.diagnosis.get("bound"):
-        return str(n.diagnosis["bound"])
-    bounds = {s.get("bound") for s in n.shapes if s.get("bound")}
-    return "/".join(sorted(str(b) for b in bounds)) or None
-
-
-def _node_line(n: NodeView, parent_fitness: dict[int, float]) -> str:
-    status = n.status or "not evaluated"
-    line = f"- #{n.id} [{n.mode}] {status}"
-    if n.status == "ok":
-        line += f", fitness {n.fitness:.2f}"
-        if n.parent in parent_fitness and parent_fitness[n.parent] > 0:
-            line += f" ({n.fitness / parent_fitness[n.parent]:.2f}x its parent #{n.parent})"
-        speed = _speed(n)
-        if speed:
-            line += f"; {speed}"
-        bound = _bound(n)
-        if bound:
-            line += f"; {bound}-bound"
-    elif n.message:
-        first = n.message.strip().splitlines()[0] if n.message.strip() else ""
-        line += f": {first[:200]}"
-    if n.analysis:
-        line += f"\n  analysis: {n.analysis.strip()[:400]}"
-    elif n.note:
-        line += f"\n  changed: {n.note.strip()[:300]}"
-    if n.config:
-        line += f"\n  config: {n.config}"
-    return line
-
-
-def diagnosis_text(d: dict[str, Any]) -> str:
-    """A diagnosis as a prompt section: class and summary, the evidence numbers, the directives."""
-    lines = [f"diagnosis: {d.get('summary') or d.get('class')}"]
-    evidence = []
-    for e in d.get("evidence") or []:
-        if "shape" in e:
-            frac = e.get("roofline_fraction")
-            evidence.append(
-                f"{e['shape']} {e.get('time_us')} us"
-                + (f" ({100 * frac:.0f}% of roofline)" if frac is not None else "")
-            )
-        else:
-            evidence.append(f"{e.get('ncu') or e.get('profiler')} = {_fmt(e.get('value'))}")
-    if evidence:
-        lines.append("evidence: " + "; ".join(evidence))
-    for directive in d.get("directives") or []:
-        lines.append(f"- {directive}")
-    return "\n".join(lines)
-
-
-def _verdict(n: NodeView, message_chars: int) -> str:
-    out = [f"status: {n.status or 'not evaluated'}"]
-    if n.status == "ok":
-        out.append(f"fitness {n.fitness:.3f}; {_speed(n)}")
-    for s in n.shapes:
-        items = ", ".join(f"{k}={_fmt(v)}" for k, v in s.items() if k != "name" and v is not None)
-        out.append(f"shape {s.get('name', '?')}: {items}")
-    if n.diagnosis:
-        out.append(diagnosis_text(n.diagnosis))
-    if n.analysis:
-        out.append(f"analysis: {n.analysis}")
-    if n.config:
-        out.append(f"config: {n.config}")
-    if n.message and n.status != "ok":
-        out.append(f"what the harness said:\n```\n{clip(n.message.strip(), message_chars)}\n```")
-    elif n.message:
-        out.append(f"harness note: {clip(n.message.strip(), 500)}")
-    return "\n".join(out)
-
-
 def _problem(task: Task, fit: _Fit) -> list[str]:
     spec = task.spec
     ref = clip(spec.source, fit.source_caps.get("reference", len(spec.source)))
@@ -473,7 +352,7 @@ def _parents(task: Task, fit: _Fit, tool_mode: bool) -> list[str]:
         head = f"## Parent #{p.id}{where} [{p.mode}]"
         if p.note:
             head += f"\nWhat it changed: {p.note.strip()}"
-        body = _verdict(p, fit.message_chars)
+        body = verdict_text(p, fit.message_chars)
         src = p.source or ""
         if src:
             src = clip(src, fit.source_caps.get(f"parent:{p.id}", len(src)))
@@ -493,43 +372,14 @@ def _history(task: Task, fit: _Fit) -> list[str]:
     if lineage:
         out.append(
             "## Lineage of the parent, oldest first: what each step changed and what it gained\n"
-            + "\n".join(_node_line(n, fitness) for n in lineage)
+            + "\n".join(node_line(n, fitness) for n in lineage)
         )
     if others:
         title = "## Other attempts from the same starting point (siblings), fastest first"
         if task.mode not in ("compare", "combine"):
             title = "## Related attempts, fastest first"
-        out.append(title + "\n" + "\n".join(_node_line(n, fitness) for n in others) + _contrast(others))
+        out.append(title + "\n" + "\n".join(node_line(n, fitness) for n in others) + contrast(others))
     return out
-
-
-def _contrast(nodes: list[NodeView]) -> str:
-    """One paragraph on what separated the fastest sibling from the slowest, and how others failed."""
-    ok = [n for n in nodes if n.status == "ok"]
-    failed: dict[str, int] = {}
-    for n in nodes:
-        if n.status and n.status != "ok":
-            failed[n.status] = failed.get(n.status, 0) + 1
-    lines = []
-    if len(ok) >= 2:
-        fast, slow = ok[0], ok[-1]
-        lines.append(
-            f"Fastest #{fast.id} ({fast.fitness:.2f}) against slowest #{slow.id} ({slow.fitness:.2f})."
-        )
-        if fast.config and slow.config:
-            diff = {k: (slow.config.get(k), v) for k, v in fast.config.items() if slow.config.get(k) != v}
-            if diff:
-                lines.append(
-                    "Config differences (slow -> fast): "
-                    + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in diff.items())
-                    + "."
-                )
-        fb, sb = _bound(fast), _bound(slow)
-        if fb and sb and fb != sb:
-            lines.append(f"The fastest is {fb}-bound, the slowest {sb}-bound.")
-    if failed:
-        lines.append("Failures: " + ", ".join(f"{k} x{v}" for k, v in sorted(failed.items())) + ".")
-    return ("\nWhat separated them: " + " ".join(lines)) if lines else ""
 
 
 def _knowledge(task: Task, fit: _Fit) -> list[str]:
@@ -595,7 +445,7 @@ def _instructions(task: Task, tool_mode: bool) -> str:
         )
     else:
         p = task.parents[0]
-        bound = _bound(p)
+        bound = bound_of(p)
         what = f"Make the parent #{p.id} faster at the declared shapes, weighted by their traffic."
         if bound:
             what += f" It is {bound}-bound: attack that limit."

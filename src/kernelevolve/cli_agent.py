@@ -1,0 +1,164 @@
+"""The agent commands: agent start/next/submit/finish (tasks out, candidates in) and `mcp` (the same
+interface as an MCP server). Registered on `cli.app` (see cli.py); they share the search commands'
+options and output (`cli_search.py`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from kernelevolve.cli import JsonOpt, PlatformOpt, WorkspaceOpt, _fail, _fmt_x, _settings, app, out
+from kernelevolve.cli_search import BudgetOpt, PolicyOpt, _emit, _limits
+from kernelevolve.errors import KernelevolveError
+
+agent_app = typer.Typer(
+    help="Be the operator yourself, or let any coding agent be: tasks out, candidates in.",
+    no_args_is_help=True,
+)
+app.add_typer(agent_app, name="agent")
+
+
+@agent_app.command("start")
+def agent_start(
+    spec: Annotated[Path, typer.Argument(help="The spec: a KernelBench-format .py file.")],
+    budget: BudgetOpt = None,
+    policy: PolicyOpt = "uct",
+    platform: PlatformOpt = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a run whose candidates come from an external agent (or you).
+
+    \b
+    Example:
+      kernelevolve agent start examples/softmax/spec.py --budget 10
+      kernelevolve agent next RUN
+    """
+    from kernelevolve import optimize as jobs
+    from kernelevolve.search.policies import SearchConfig
+    from kernelevolve.synth import SynthConfig
+
+    try:
+        settings = _settings(workspace, platform=platform)
+        limits = _limits(budget, None, None, None, None, None)
+        run_id = jobs.start(
+            spec, settings, SearchConfig(policy=policy).validate(), limits, SynthConfig("agent")
+        )
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps({"run_id": run_id}) + "\n")
+    else:
+        out.print(f"run {run_id}; next: kernelevolve agent next {run_id}")
+
+
+@agent_app.command("next")
+def agent_next(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
+    new: Annotated[bool, typer.Option(help="Select another node even if one awaits its submission.")] = False,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the task for the next selected node: the prompt, the files, how to submit.
+
+    \b
+    Example:
+      kernelevolve agent next 3f2a9c1e --json
+    """
+    from kernelevolve.synth import agent
+
+    try:
+        task = agent.next_task(_settings(workspace).workspace, run, new=new)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(task, indent=2) + "\n")
+        return
+    if task["done"]:
+        out.print(f"run {task['run_id']} is done: {escape(task['reason'])}; close it with `{task['finish']}`")
+        return
+    out.print(task["system"], markup=False, highlight=False)
+    out.print(task["prompt"], markup=False, highlight=False)
+    out.print(f"[bold]files:[/] {escape(json.dumps(task['files']))}")
+    out.print(f"[bold]when done:[/] {escape(task['submit'])}")
+
+
+@agent_app.command("submit")
+def agent_submit(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
+    node: Annotated[int, typer.Argument(help="The node the task named.")],
+    file: Annotated[Path, typer.Argument(help="The candidate file.")],
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Evaluate a candidate file for a node; print the verdict.
+
+    \b
+    Example:
+      kernelevolve agent submit 3f2a9c1e 5 candidate.py
+    """
+    from kernelevolve.synth import agent
+
+    try:
+        if not file.is_file():
+            raise KernelevolveError(f"{file}: no such file")
+        result = agent.submit(_settings(workspace).workspace, run, node, file.read_text(errors="replace"))
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+    else:
+        out.print(escape(result["text"]))
+        best = result["best"]
+        out.print(
+            f"best so far: node {best.get('node')} {_fmt_x(best.get('fitness'))}; {best['spent']}/{best['budget']} candidates"
+        )
+        if result["stop_reason"]:
+            out.print(
+                f"the run is done ({escape(result['stop_reason'])}): `kernelevolve agent finish {result['run_id']}`"
+            )
+    raise typer.Exit(0 if result["status"] == "ok" else 1)
+
+
+@agent_app.command("finish")
+def agent_finish(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Close an agent run: re-measure the winners; write the best kernel, export and report."""
+    from kernelevolve.synth import agent
+
+    try:
+        summary = agent.finish(_settings(workspace).workspace, run)
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    _emit(summary, as_json)
+
+
+@app.command()
+def mcp(
+    workspace: WorkspaceOpt = None,
+    platform: PlatformOpt = None,
+) -> None:
+    """Serve the agent interface over MCP (stdio): start_run, next_task, lint, submit, search_knowledge, ...
+
+    \b
+    Example (an MCP client's server entry):
+      {"command": "kernelevolve", "args": ["mcp", "--workspace", "/path/to/ws"]}
+    """
+    from kernelevolve.mcp_server import serve
+
+    try:
+        serve(_settings(workspace).workspace.resolve(), platform)
+    except KernelevolveError as exc:
+        _fail(exc)
