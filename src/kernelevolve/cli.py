@@ -397,9 +397,10 @@ def main() -> None:
     app()
 
 
-# The search commands (optimize, resume, runs, show, tune), the agent commands (agent, mcp) and the
-# knowledge commands (kb, skills, profile) live in their own modules.
-from kernelevolve import cli_agent, cli_kb, cli_search  # noqa: E402, F401, I001
+# The search commands (optimize, resume, runs, show, tune), the agent commands (agent, mcp), the
+# knowledge commands (kb, skills, profile) and the bench commands (bench, benches, export) live in
+# their own modules.
+from kernelevolve import cli_agent, cli_bench, cli_kb, cli_search  # noqa: E402, F401, I001
 
 
 if __name__ == "__main__":

@@ -116,7 +116,8 @@ def dispatch_table(
     shapes: list[str], winners: dict[str, int], finals: dict[int, Verdict], min_gain: float
 ) -> dict[str, dict[str, Any]]:
     """Per shape: the re-measured winner where it beats eager beyond the noise, else the
-    reference. Each entry: node (or None), speedups, time, roofline fraction."""
+    reference. Each entry: node (or None), speedups, the winner's and the baselines' times (in the
+    same measurement), roofline fraction."""
     out: dict[str, dict[str, Any]] = {}
     for shape in shapes:
         entry: dict[str, Any] = {"node": None}
@@ -130,6 +131,8 @@ def dispatch_table(
                 "node": node_id if sp is not None and sp > 1 + noise else None,
                 "candidate_node": node_id,
                 "time_us": s.candidate.median_s * 1e6,
+                "eager_us": s.eager.median_s * 1e6 if s.eager else None,
+                "compile_us": s.compile.median_s * 1e6 if s.compile else None,
                 "speedup_vs_eager": s.speedup_vs_eager,
                 "speedup_vs_compile": s.speedup_vs_compile,
                 "roofline_fraction": s.roofline_fraction,

@@ -288,3 +288,44 @@ def m003_knowledge(conn: sqlite3.Connection) -> None:
         )
         """,
     )
+
+
+@migration
+def m004_benches(conn: sqlite3.Connection) -> None:
+    """Benches: one search per spec of a directory, resumable.
+
+    - `benches`: a bench's directory, its options (track, baseline, synthesizer, budget, platform) and
+      `key`, the hash of both, by which running the same command again finds it and resumes it.
+    - `bench_items`: one row per spec file: its run (once started), `status` (`pending`, `running`,
+      `done`, `load_error`) and the row of the results table, once the run is done.
+    """
+    _run(
+        conn,
+        """
+        CREATE TABLE benches (
+            id TEXT PRIMARY KEY,
+            key TEXT NOT NULL,
+            dir TEXT NOT NULL,
+            config_json TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )
+        """,
+        "CREATE INDEX idx_benches_key ON benches (key, created_at)",
+        """
+        CREATE TABLE bench_items (
+            bench_id TEXT NOT NULL REFERENCES benches (id),
+            path TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            fingerprint TEXT,
+            run_id TEXT,
+            status TEXT NOT NULL,
+            error TEXT NOT NULL DEFAULT '',
+            result_json TEXT,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (bench_id, path)
+        )
+        """,
+    )

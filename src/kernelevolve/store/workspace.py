@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any
 
 from kernelevolve.errors import WorkspaceError
+from kernelevolve.store.benches import BenchesMixin
 from kernelevolve.store.blobs import BlobStore
 from kernelevolve.store.knowledge import KnowledgeMixin
 from kernelevolve.store.migrations import migrate
@@ -47,7 +48,7 @@ def _parse(row: dict[str, Any], column: str, key: str) -> dict[str, Any]:
     return row
 
 
-class Workspace(RunsMixin, KnowledgeMixin):
+class Workspace(RunsMixin, KnowledgeMixin, BenchesMixin):
     """A workspace folder. Use `Workspace.open(root)`, preferably as a context manager."""
 
     def __init__(self, root: Path, conn: sqlite3.Connection):

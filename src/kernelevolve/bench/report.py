@@ -1,0 +1,291 @@
+"""A bench's report: one table (markdown, CSV, JSON), four plots (PNG) and one self-contained HTML page.
+
+    bench.json      the bench document, as `kernelevolve bench --json` prints it
+    bench.md        header (device, versions, track, budget, synthesizer), summary metrics, the table
+    bench.csv       the table, one row per spec, with every number unrounded
+    speedup.png     speedup per op vs eager and vs torch.compile (log scale; 1.0 marked)
+    roofline.png    fraction of the roofline per op (the best kernel, shape-weighted)
+    progress.png    best fitness so far against candidates evaluated, per op
+    cost.png        candidates, GPU-seconds, tokens and USD per op
+    bench.html      all of the above in one file: the plots inline as data URIs, no scripts
+
+The plots need matplotlib (`pip install kernelevolve[plots]`); without it the tables are written and
+the HTML page says how to get the plots. Text from specs and runs reaches HTML only through `esc`.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kernelevolve.bench.metrics import BASELINES, P_VALUES, p_name
+from kernelevolve.report.fmt import esc, fmt_date, fmt_duration, fmt_int, fmt_pct, fmt_usd, fmt_x, md
+from kernelevolve.report.render import CSP, CSS
+
+COLUMNS = (
+    ("op", "name"),
+    ("correct", "correct"),
+    ("vs eager", "speedup_vs_eager"),
+    ("vs compile", "speedup_vs_compile"),
+    ("kernel vs eager", "kernel_speedup_vs_eager"),
+    ("kernel vs compile", "kernel_speedup_vs_compile"),
+    ("roofline", "roofline_fraction"),
+    ("shapes on kernel", "shapes_dispatched"),
+    ("candidates", "candidates"),
+    ("GPU s", "gpu_s"),
+    ("tokens", "tokens"),
+    ("USD", "cost_usd"),
+)
+PLOTS = ("speedup", "roofline", "progress", "cost")
+
+
+def header(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    env = doc.get("environment") or {}
+    return [
+        ("bench", f"{doc['bench_id']} ({doc['dir']})"),
+        ("device", str(env.get("device") or "-")),
+        ("versions", ", ".join(f"{k} {env[k]}" for k in ("driver", "torch", "triton", "python") if env.get(k)) or "-"),
+        ("precision track", str(doc.get("track"))),
+        ("budget", f"{doc.get('budget')} candidates per op, policy {doc.get('policy')}, "
+                   f"timing {doc.get('timing_budget_s')} s per shape"),
+        ("synthesizer", str(doc.get("synthesizer"))),
+        ("fitness baseline", str(doc.get("fitness_baseline"))),
+        ("date", fmt_date(doc.get("updated_at"))),
+        ("status", str(doc.get("status"))),
+    ]  # fmt: skip
+
+
+def _cell(key: str, value: Any) -> str:
+    if key == "correct":
+        return "yes" if value else "no"
+    if key.startswith(("speedup", "kernel_speedup")):
+        return fmt_x(value)
+    if key == "roofline_fraction":
+        return fmt_pct(value)
+    if key == "cost_usd":
+        return fmt_usd(value)
+    if key == "gpu_s":
+        return fmt_duration(value)
+    if key in ("tokens", "candidates", "shapes_dispatched"):
+        return fmt_int(value)
+    return str(value if value is not None else "-")
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(metric, vs eager, vs compile) rows: fast_p, then the two geomeans."""
+
+    def row(label: str, key: str, fmt: Any) -> tuple[str, str, str]:
+        return (label, fmt(summary.get(key.format(b="eager"))), fmt(summary.get(key.format(b="compile"))))
+
+    rows = [row(f"fast_{p:g}", p_name(p) + "_vs_{b}", fmt_pct) for p in P_VALUES]
+    rows.append(row("geomean (failures as 1.0)", "geomean_vs_{b}", fmt_x))
+    rows.append(row("geomean (correct only)", "geomean_vs_{b}_correct_only", fmt_x))
+    return rows
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    s = doc["summary"]
+    lines = [f"# Bench {doc['bench_id']}", ""]
+    lines += [f"- **{k}:** {md(v)}" for k, v in header(doc)]
+    lines += [
+        "",
+        f"{s['correct']} of {s['specs']} ops correct ({fmt_pct(s['correctness_rate'])}); "
+        f"{s['load_errors']} failed to load; {s['flagged']} flagged for review.",
+        "",
+        "| metric | vs eager | vs compile |",
+        "| --- | ---: | ---: |",
+    ]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in summary_rows(s)]
+    lines += [
+        "",
+        "| " + " | ".join(h for h, _ in COLUMNS) + " |",
+        "| " + " | ".join(["---"] + ["---:"] * (len(COLUMNS) - 1)) + " |",
+    ]
+    for r in doc["results"]:
+        lines.append("| " + " | ".join(md(_cell(k, r.get(k))) for _, k in COLUMNS) + " |")
+    lines += [
+        "",
+        "Speedups are those of the exported per-shape dispatch module (the winning kernel where it beats "
+        "eager beyond the noise, the reference elsewhere), shape-weighted; `kernel` columns are the best "
+        "single kernel's. Roofline: the best kernel's time-weighted fraction of the measured roofline.",
+    ]
+    failed = [r for r in doc["results"] if not r.get("correct")]
+    if failed:
+        lines += ["", "## Without a correct kernel", ""]
+        lines += [f"- {md(r['name'])}: {md(r.get('message'), 300)}" for r in failed]
+    if doc.get("load_errors"):
+        lines += ["", "## Specs that failed to load", ""]
+        lines += [f"- {md(e['path'])}: {md(e['error'], 300)}" for e in doc["load_errors"]]
+    flagged = [r for r in doc["results"] if r.get("flags")]
+    if flagged:
+        lines += ["", "## Flagged for review", ""]
+        lines += [f"- {md(r['name'])}: {md('; '.join(r['flags']), 300)}" for r in flagged]
+    if doc.get("pending"):
+        lines += ["", f"Not yet run: {md(', '.join(doc['pending']))} (run the same command again to resume)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(doc: dict[str, Any], path: Path) -> None:
+    keys = [k for _, k in COLUMNS] + [
+        "path",
+        "run_id",
+        "precision",
+        "best_node",
+        "best_from",
+        "wall_s",
+        "message",
+    ]
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(keys)
+        for r in doc["results"]:
+            w.writerow(["" if r.get(k) is None else r.get(k) for k in keys])
+
+
+# -- plots ------------------------------------------------------------------------------------------
+
+
+def plots(doc: dict[str, Any]) -> dict[str, bytes]:
+    """PNG bytes per plot name; empty where matplotlib is missing or there is nothing to plot."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        return {}
+    results = doc["results"]
+    if not results:
+        return {}
+    names = [r["name"] for r in results]
+    out: dict[str, bytes] = {}
+    width = max(6.0, 0.55 * len(names) + 2)
+
+    def save(fig: Any, name: str) -> None:
+        buf = io.BytesIO()
+        fig.tight_layout()
+        fig.savefig(buf, format="png", dpi=110)
+        plt.close(fig)
+        out[name] = buf.getvalue()
+
+    fig, ax = plt.subplots(figsize=(width, 4))
+    xs = range(len(names))
+    for i, (b, colour) in enumerate(zip(BASELINES, ("#4c72b0", "#dd8452"), strict=True)):
+        vals = [r.get(f"speedup_vs_{b}") or (1.0 if not r.get("correct") else 0) for r in results]
+        ax.bar([x + (i - 0.5) * 0.4 for x in xs], vals, 0.4, label=f"vs {b}", color=colour)
+    ax.axhline(1.0, color="#333", lw=0.8)
+    ax.set_yscale("log")
+    times = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x")
+    ax.yaxis.set_major_formatter(times)
+    ax.yaxis.set_minor_formatter(times)
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.set_ylabel("speedup (log)")
+    ax.set_xticks(list(xs), names, rotation=45, ha="right")
+    ax.legend()
+    ax.set_title("speedup per op (failures at 1.0: the reference)")
+    save(fig, "speedup")
+
+    fig, ax = plt.subplots(figsize=(width, 3.6))
+    ax.bar(list(xs), [r.get("roofline_fraction") or 0 for r in results], color="#55a868")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("fraction of roofline")
+    ax.set_xticks(list(xs), names, rotation=45, ha="right")
+    ax.set_title("best kernel's fraction of the roofline")
+    save(fig, "roofline")
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in results:
+        if r.get("curve"):
+            ax.plot(range(1, len(r["curve"]) + 1), r["curve"], label=r["name"], lw=1.2)
+    ax.set_xlabel("candidates evaluated")
+    ax.set_ylabel(f"best fitness (vs {doc.get('fitness_baseline')})")
+    ax.set_title("best so far")
+    if len(results) <= 24:
+        ax.legend(fontsize=7, ncol=2)
+    save(fig, "progress")
+
+    fig, axes = plt.subplots(1, 4, figsize=(max(10.0, 1.3 * width), 3.6))
+    costs = (
+        ("candidates", "candidates"),
+        ("gpu_s", "GPU-seconds"),
+        ("tokens", "tokens"),
+        ("cost_usd", "USD"),
+    )
+    for ax, (key, title) in zip(axes, costs, strict=True):
+        ax.bar(list(xs), [float(r.get(key) or 0) for r in results], color="#8172b3")
+        ax.set_title(title)
+        ax.set_xticks(list(xs), names, rotation=60, ha="right", fontsize=7)
+    save(fig, "cost")
+    return out
+
+
+# -- HTML -------------------------------------------------------------------------------------------
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(doc: dict[str, Any], images: dict[str, bytes]) -> str:
+    title = f"Bench {doc['bench_id']}"
+    kv = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in header(doc))
+    rows = [[_cell(k, r.get(k)) for _, k in COLUMNS] for r in doc["results"]]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
+        f'<table class="kv">{kv}</table>',
+        "<h2>Summary</h2>",
+        _table(("metric", "vs eager", "vs compile"), summary_rows(doc["summary"])),
+        "<h2>Per op</h2>",
+        _table([h for h, _ in COLUMNS], rows),
+    ]
+    if images:
+        for name in PLOTS:
+            if name in images:
+                data = base64.b64encode(images[name]).decode()
+                parts.append(
+                    f'<h2>{esc(name)}</h2><img alt="{esc(name)}" src="data:image/png;base64,{data}">'
+                )
+    else:
+        parts.append('<p class="muted">Plots need matplotlib: pip install "kernelevolve[plots]".</p>')
+    failed = [r for r in doc["results"] if not r.get("correct")]
+    if failed:
+        parts.append("<h2>Without a correct kernel</h2><ul>")
+        parts += [f"<li>{esc(r['name'])}: {esc(r.get('message'))}</li>" for r in failed]
+        parts.append("</ul>")
+    if doc.get("load_errors"):
+        parts.append("<h2>Specs that failed to load</h2><ul>")
+        parts += [f"<li>{esc(e['path'])}: {esc(e['error'])}</li>" for e in doc["load_errors"]]
+        parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_bench_report(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """Write every format into `out_dir`; returns name -> path of what was written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "bench.json", "md": out_dir / "bench.md", "csv": out_dir / "bench.csv"}
+    paths["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    paths["md"].write_text(render_markdown(doc))
+    write_csv(doc, paths["csv"])
+    images = plots(doc)
+    for name, data in images.items():
+        paths[name] = out_dir / f"{name}.png"
+        paths[name].write_bytes(data)
+    paths["html"] = out_dir / "bench.html"
+    paths["html"].write_text(render_html(doc, images))
+    return paths
+
+
+__all__ = ["COLUMNS", "PLOTS", "plots", "render_html", "render_markdown", "write_bench_report"]

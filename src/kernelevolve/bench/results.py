@@ -1,0 +1,94 @@
+"""One bench result row from a finished run: correct or not, speedups, roofline fraction, cost.
+
+The speedups a row reports are what the run's export delivers: its per-shape dispatch module runs the
+re-measured winner at the shapes where it beats eager beyond the noise and the reference (eager)
+elsewhere, so it is never slower than the reference. Per shape, the speedup comes from one
+measurement (the winner's re-measurement, in which eager and torch.compile were timed interleaved
+with it); a spec's speedup is shape-weighted like fitness: sum(w * t_baseline) / sum(w * t_delivered).
+Where the dispatch uses the reference, t_delivered is eager's time. The best single kernel's own
+re-measured speedups are kept beside as `kernel_speedup_vs_*`.
+
+A spec without a correct kernel has `correct: false`, `speedup_vs_eager: 1.0` (the module is the
+reference) and `speedup_vs_compile: null` (the metrics count it 1.0, see `bench.metrics`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def delivered(summary: dict[str, Any], baseline: str) -> float | None:
+    """The dispatch module's shape-weighted speedup over `baseline` ("eager" or "compile")."""
+    dispatch = summary.get("dispatch") or {}
+    weights = {s["shape"]: s["weight"] for s in summary.get("shapes") or []}
+    base_total = cand_total = 0.0
+    for shape, weight in weights.items():
+        entry = dispatch.get(shape) or {}
+        eager, base = entry.get("eager_us"), entry.get(f"{baseline}_us")
+        if not eager or not base:
+            return None
+        t = entry["time_us"] if entry.get("node") is not None else eager
+        base_total += weight * base
+        cand_total += weight * t
+    return base_total / cand_total if cand_total > 0 else None
+
+
+def curve(nodes: Sequence[dict[str, Any]]) -> list[float]:
+    """Best fitness so far after each evaluated candidate, in evaluation order (0 until a correct one)."""
+    out: list[float] = []
+    best = 0.0
+    for n in nodes:
+        if n.get("state") != "evaluated":
+            continue
+        if n.get("status") == "ok":
+            best = max(best, float(n.get("fitness") or 0.0))
+        out.append(round(best, 4))
+    return out
+
+
+def result_row(
+    name: str, path: str, summary: dict[str, Any], nodes: Sequence[dict[str, Any]], precision: str
+) -> dict[str, Any]:
+    shapes = summary.get("shapes") or []
+    correct = summary.get("best_node") is not None and bool(shapes) and all(s["correct"] for s in shapes)
+    weight = sum(s["weight"] for s in shapes if s.get("roofline_fraction") is not None)
+    roofline = (
+        sum(s["weight"] * s["roofline_fraction"] for s in shapes if s.get("roofline_fraction") is not None)
+        / weight
+        if correct and weight > 0
+        else None
+    )
+    best = next((n for n in nodes if n["id"] == summary.get("best_node")), None)
+    dispatch = summary.get("dispatch") or {}
+    return {
+        "name": name,
+        "path": path,
+        "run_id": summary.get("run_id"),
+        "correct": correct,
+        "speedup_vs_eager": delivered(summary, "eager") if correct else 1.0,
+        "speedup_vs_compile": delivered(summary, "compile") if correct else None,
+        "kernel_speedup_vs_eager": summary.get("best_speedup_vs_eager") if correct else None,
+        "kernel_speedup_vs_compile": summary.get("best_speedup_vs_compile") if correct else None,
+        "roofline_fraction": roofline,
+        "shapes_dispatched": sum(1 for e in dispatch.values() if e.get("node") is not None),
+        "shapes": [{**s, "dispatch_node": (dispatch.get(s["shape"]) or {}).get("node")} for s in shapes],
+        "best_node": summary.get("best_node"),
+        "best_from": (best or {}).get("note", "")[:200],
+        "precision": precision,
+        "device": summary.get("device"),
+        "candidates": summary.get("nodes_evaluated", 0),
+        "candidates_ok": summary.get("nodes_ok", 0),
+        "tokens": int(summary.get("tokens_in", 0)) + int(summary.get("tokens_out", 0)),
+        "cost_usd": summary.get("cost_usd", 0.0),
+        "gpu_s": summary.get("gpu_s", 0.0),
+        "wall_s": summary.get("wall_s", 0.0),
+        "flags": summary.get("flags") or [],
+        "stop_reason": summary.get("stop_reason"),
+        "message": None if correct else (summary.get("final_message") or "no correct kernel found"),
+        "curve": curve(nodes),
+        "method": summary.get("method"),
+    }
+
+
+__all__ = ["curve", "delivered", "result_row"]

@@ -1,0 +1,274 @@
+"""Run the search over every spec of a directory: the project's suites or any KernelBench-format folder.
+
+`run_bench(directory, ...)` finds the spec files (`discover`), records a bench in the workspace and
+gives each spec its own run (`optimize.start` + `optimize.drive`, the same runs `optimize` makes),
+one after the other, and returns the bench document: options, environment, one result row per spec
+(`bench.results`) and the summary metrics (`bench.metrics`).
+
+Resuming: a bench is found again by its key, a hash of the directory and the options that change the
+numbers (track, baselines, synthesizer, budget, policy, platform). Running the same command again
+skips the specs already done (unless their file changed), resumes a run that was interrupted and
+starts the rest. `fresh=True` starts a new bench.
+
+Failures stay local: a spec that fails to load is recorded as a `load_error` and skipped; a run that
+raises (the harness failing, say) is recorded with its error and counts as incorrect. Only Ctrl-C
+stops the bench, and the next run of the command picks it up.
+
+Precision tracks: `strict` holds every fp32 spec to strict fp32 (TF32 is not allowed even where the
+spec declares it); `tf32` allows TF32 for every fp32 spec. A spec whose data is bf16 or fp16 keeps its
+own policy on both tracks. Where a track changes a spec's policy, the bench runs a derived copy of the
+file (the original plus one line that sets `precision`), written under the workspace, so the run's
+record names exactly what was measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from kernelevolve.bench.metrics import summarize
+from kernelevolve.bench.results import result_row
+from kernelevolve.config import Settings
+from kernelevolve.errors import KernelevolveError, SpecError, WorkspaceError
+from kernelevolve.search.limits import Limits
+from kernelevolve.search.policies import SearchConfig
+from kernelevolve.spec import Spec, TensorInfo, load_spec
+from kernelevolve.store import Workspace
+from kernelevolve.synth import SynthConfig
+
+Event = Callable[[str, dict[str, Any]], None]
+TRACKS = {"strict": "strict_fp32", "tf32": "tf32"}
+_SKIP_NAMES = {"__init__.py", "conftest.py", "setup.py"}
+
+
+def _natural(path: Path) -> list[Any]:
+    """Sort key: `2_x.py` before `10_x.py` (KernelBench names its problems by number)."""
+    return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", str(path))]
+
+
+def discover(directory: Path) -> list[Path]:
+    """Every spec file under `directory` (recursively): `*.py`, not hidden, not `_private.py`,
+    not a package's `__init__.py`; in natural order. A single file is a bench of one."""
+    if directory.is_file():
+        return [directory]
+    if not directory.is_dir():
+        raise WorkspaceError(f"{directory}: no such directory", hint="give a folder of spec files")
+    found = [
+        p for p in directory.rglob("*.py")
+        if p.name not in _SKIP_NAMES and not p.name.startswith("_")
+        and not any(part.startswith((".", "_")) for part in p.relative_to(directory).parts[:-1])
+    ]  # fmt: skip
+    if not found:
+        raise WorkspaceError(
+            f"{directory}: no .py spec files", hint="a spec is a KernelBench-format .py file"
+        )
+    return sorted(found, key=_natural)
+
+
+def track_precision(spec: Spec, track: str) -> str:
+    """The precision policy a spec runs under on `track`: the track's for fp32 data, the spec's own
+    where its data is bf16 or fp16 (by its `dtype`, or by the inputs it makes)."""
+    low = ("bfloat16", "float16")
+    made = {t.dtype for infos in spec.inputs.values() for t in infos if isinstance(t, TensorInfo)}
+    if spec.dtype in low or made & set(low):
+        return spec.precision
+    return TRACKS[track]
+
+
+def _track_file(ws: Workspace, bench_id: str, rel: str, spec: Spec, precision: str) -> Path:
+    """A copy of the spec file with its precision policy set by the track."""
+    out = ws.root / "benches" / bench_id / "specs" / rel.replace("/", "__")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    line = (
+        "\n\n# Added by `kernelevolve bench` (precision track): the spec as written, under another policy.\n"
+        f'KERNELEVOLVE = {{**globals().get("KERNELEVOLVE", {{}}), "precision": {precision!r}}}\n'
+    )
+    text = spec.source + line
+    if not out.exists() or out.read_text() != text:
+        out.write_text(text)
+    return out
+
+
+def bench_key(directory: Path, options: dict[str, Any]) -> str:
+    blob = json.dumps({"dir": str(directory.resolve()), **options}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def run_bench(
+    directory: Path,
+    settings: Settings,
+    search: SearchConfig,
+    limits: Limits,
+    synth: SynthConfig,
+    *,
+    track: str = "strict",
+    fresh: bool = False,
+    only: str | None = None,
+    on_event: Event | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) the bench of `directory`; returns the bench document (see `bench_document`)."""
+    from kernelevolve import optimize as jobs
+    from kernelevolve.platforms import select
+
+    if track not in TRACKS:
+        raise WorkspaceError(f"unknown track {track!r}", hint="tracks: " + ", ".join(TRACKS))
+    emit = on_event or (lambda event, data: None)
+    files = discover(directory)
+    if only:
+        pattern = re.compile(only)
+        files = [
+            p for p in files if pattern.search(str(p.relative_to(directory) if directory.is_dir() else p))
+        ]
+        if not files:
+            raise WorkspaceError(f"no spec under {directory} matches --only {only!r}")
+    platform = select(settings.platform)
+    options = {
+        "track": track, "fitness_baseline": settings.fitness_baseline, "synthesizer": synth.name,
+        "budget": limits.budget, "policy": search.policy, "platform": platform.name, "only": only,
+    }  # fmt: skip
+    key = bench_key(directory, options)
+    with Workspace.open(settings.workspace) as ws:
+        bench_id = None if fresh else ws.find_bench(key)
+        resumed = bench_id is not None
+        if bench_id is None:
+            config = {**options, "search": asdict(search), "limits": asdict(limits), "synth": asdict(synth),
+                      "timing_budget_s": settings.timing_budget_s}  # fmt: skip
+            bench_id = ws.create_bench(key, str(directory.resolve()), config)
+        items = {row["path"]: row for row in ws.bench_items(bench_id)}
+        rels = [str(p.relative_to(directory)) if directory.is_dir() else p.name for p in files]
+        for i, (path, rel) in enumerate(zip(files, rels, strict=True)):
+            if rel not in items:
+                ws.put_bench_item(bench_id, rel, i, path.stem)
+        ws.set_bench_status(bench_id, "running")
+    emit("bench", {"bench_id": bench_id, "specs": len(files), "resumed": resumed, "dir": str(directory)})
+
+    for i, (path, rel) in enumerate(zip(files, rels, strict=True)):
+        with Workspace.open(settings.workspace) as ws:
+            item = next(r for r in ws.bench_items(bench_id) if r["path"] == rel)
+        info = {"index": i + 1, "total": len(files), "path": rel}
+        try:
+            spec = load_spec(path)
+        except Exception as exc:  # a bench survives any spec: SpecError, or the file's own bug
+            message = exc.message if isinstance(exc, KernelevolveError) else f"{type(exc).__name__}: {exc}"
+            with Workspace.open(settings.workspace) as ws:
+                ws.put_bench_item(
+                    bench_id, rel, i, path.stem, status="load_error", error=message, result=None
+                )
+            emit("load_error", {**info, "error": message})
+            continue
+        precision = track_precision(spec, track)
+        run_path = path
+        if precision != spec.precision:
+            with Workspace.open(settings.workspace) as ws:
+                run_path = _track_file(ws, bench_id, rel, spec, precision)
+            spec = load_spec(run_path)
+        if item["status"] == "done" and item["fingerprint"] == spec.fingerprint and item["result"]:
+            emit("cached", {**info, "name": spec.name, "result": item["result"]})
+            continue
+        result = _run_one(jobs, settings, search, limits, synth, bench_id, i, rel, run_path, spec, item,
+                          info, emit)  # fmt: skip
+        if result is not None:
+            emit("result", {**info, "name": spec.name, "result": result})
+
+    with Workspace.open(settings.workspace) as ws:
+        ws.set_bench_status(bench_id, "done")
+        return bench_document(ws, bench_id)
+
+
+def _run_one(
+    jobs: Any, settings: Settings, search: SearchConfig, limits: Limits, synth: SynthConfig, bench_id: str,
+    position: int, rel: str, run_path: Path, spec: Spec, item: dict[str, Any], info: dict[str, Any],
+    emit: Event,
+) -> dict[str, Any] | None:  # fmt: skip
+    """Start or resume the spec's run and drive it to its end; its result row (None: not loadable)."""
+    precision = spec.precision
+    run_id = item["run_id"] if item["fingerprint"] == spec.fingerprint else None
+    try:
+        if run_id is None:
+            run_id = jobs.start(run_path, settings, search, limits, synth)
+            with Workspace.open(settings.workspace) as ws:
+                ws.put_bench_item(bench_id, rel, position, spec.name, fingerprint=spec.fingerprint,
+                                  run_id=run_id, status="running", error="")  # fmt: skip
+            emit("start", {**info, "name": spec.name, "run_id": run_id})
+        else:
+            emit("resume", {**info, "name": spec.name, "run_id": run_id})
+        summary = jobs.drive(run_id, settings.workspace, _forward(emit, info))
+        with Workspace.open(settings.workspace) as ws:
+            nodes = ws.nodes(run_id)
+        result = result_row(spec.name, rel, summary, nodes, precision)
+        error = ""
+    except SpecError as exc:  # found while setting the run up (the meta probe, a shape): not loadable
+        with Workspace.open(settings.workspace) as ws:
+            ws.put_bench_item(bench_id, rel, position, spec.name, status="load_error", error=exc.message)
+        emit("load_error", {**info, "error": exc.message})
+        return None
+    except KernelevolveError as exc:
+        error = exc.message
+        result = _failed_row(spec.name, rel, run_id, precision, error)
+        emit("run_error", {**info, "name": spec.name, "error": error})
+    with Workspace.open(settings.workspace) as ws:
+        ws.put_bench_item(bench_id, rel, position, spec.name, fingerprint=spec.fingerprint, run_id=run_id,
+                          status="done", error=error, result=result)  # fmt: skip
+    return result
+
+
+def _failed_row(name: str, rel: str, run_id: str | None, precision: str, error: str) -> dict[str, Any]:
+    return {
+        "name": name, "path": rel, "run_id": run_id, "correct": False, "speedup_vs_eager": 1.0,
+        "speedup_vs_compile": None, "kernel_speedup_vs_eager": None, "kernel_speedup_vs_compile": None,
+        "roofline_fraction": None, "shapes": [], "precision": precision, "candidates": 0, "tokens": 0,
+        "cost_usd": 0.0, "gpu_s": 0.0, "wall_s": 0.0, "flags": [], "message": error, "curve": [],
+    }  # fmt: skip
+
+
+def _forward(emit: Event, info: dict[str, Any]) -> Event:
+    """The run's own events, tagged with the spec's position in the bench."""
+
+    def on_event(event: str, data: dict[str, Any]) -> None:
+        emit("run_event", {**info, "event": event, "data": data})
+
+    return on_event
+
+
+def bench_document(ws: Workspace, bench_id: str) -> dict[str, Any]:
+    """The bench as one JSON-able object: options, environment, results, load errors, summary."""
+    bench = ws.bench(bench_id)
+    items = ws.bench_items(bench["bench_id"])
+    results = [r["result"] for r in items if r["status"] == "done" and r["result"]]
+    load_errors = [{"path": r["path"], "error": r["error"]} for r in items if r["status"] == "load_error"]
+    pending = [r["path"] for r in items if r["status"] in ("pending", "running")]
+    method = next((r["method"] for r in results if r.get("method")), None) or {}
+    cfg = bench["config"]
+    environment = {
+        "device": method.get("device") or next((r.get("device") for r in results if r.get("device")), None),
+        "platform": cfg.get("platform"),
+        "driver": method.get("driver"), "torch": method.get("torch"), "triton": method.get("triton"),
+        "python": method.get("python"), "kernelevolve": method.get("kernelevolve"),
+        "timer": method.get("timer"),
+    }  # fmt: skip
+    return {
+        "bench_id": bench["bench_id"],
+        "dir": bench["dir"],
+        "status": bench["status"] if not pending else "incomplete",
+        "created_at": bench["created_at"],
+        "updated_at": bench["updated_at"],
+        "track": cfg.get("track"),
+        "fitness_baseline": cfg.get("fitness_baseline"),
+        "synthesizer": cfg.get("synthesizer"),
+        "budget": cfg.get("budget"),
+        "policy": cfg.get("policy"),
+        "timing_budget_s": cfg.get("timing_budget_s"),
+        "environment": environment,
+        "results": [{k: v for k, v in r.items() if k != "method"} for r in results],
+        "load_errors": load_errors,
+        "pending": pending,
+        "summary": summarize(results, load_errors=len(load_errors)),
+    }
+
+
+__all__ = ["TRACKS", "bench_document", "bench_key", "discover", "run_bench", "track_precision"]

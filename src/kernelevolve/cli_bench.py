@@ -1,0 +1,265 @@
+"""The bench and data commands: bench, benches (list, show), export. Registered on `cli.app`.
+
+`bench DIR` runs the search over every spec of a folder (a suite or a KernelBench level) and ends with
+one table; `--json` prints the bench document on stdout, `--report OUT` writes it as markdown, CSV,
+JSON, PNG plots and one HTML page. Running the same command again resumes the bench. Exit codes: 0 the
+bench ran to its end (whether or not every op got a correct kernel), 2 bad input, 3 the harness
+failed, 130 interrupted (the bench is stored; the same command resumes it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from kernelevolve.cli import JsonOpt, PlatformOpt, WorkspaceOpt, _fail, _fmt_x, _settings, app, err, out
+from kernelevolve.cli_search import BudgetOpt, PolicyOpt, _limits
+from kernelevolve.errors import KernelevolveError
+
+benches_app = typer.Typer(help="Benches in the workspace: list them, show one, write its report.",
+                          no_args_is_help=True)  # fmt: skip
+app.add_typer(benches_app, name="benches")
+
+
+def _bench_progress() -> Any:
+    def on_event(event: str, data: dict[str, Any]) -> None:
+        counter = escape(f"[{data.get('index')}/{data.get('total')}]")
+        if event == "bench":
+            what = "resuming" if data["resumed"] else "starting"
+            err.print(
+                f"[bold]bench {data['bench_id']}[/]: {what}, {data['specs']} spec(s) in {escape(data['dir'])}"
+            )
+        elif event == "load_error":
+            err.print(
+                f"[yellow]{counter} {escape(data['path'])}: skipped, it does not load: {escape(data['error'][:300])}[/]"
+            )
+        elif event == "cached":
+            err.print(
+                f"[dim]{counter} {escape(data['name'])}: done earlier: {_result_text(data['result'])}[/]"
+            )
+        elif event in ("start", "resume"):
+            verb = "run" if event == "start" else "resuming run"
+            err.print(f"{counter} [bold]{escape(data['name'])}[/]: {verb} {data['run_id']}")
+        elif event == "run_error":
+            err.print(
+                f"[red]{counter} {escape(data['name'])}: the run failed: {escape(data['error'][:300])}[/]"
+            )
+        elif event == "result":
+            colour = "green" if data["result"].get("correct") else "red"
+            err.print(f"[{colour}]{counter} {escape(data['name'])}: {_result_text(data['result'])}[/]")
+        elif event == "run_event":
+            inner, d = data["event"], data["data"]
+            if inner == "evaluated" and d.get("new_best"):
+                v = d["verdict"]
+                err.print(f"[dim]    node {d['node']}: new best, {_fmt_x(v.speedup_vs_eager)} vs eager, "
+                          f"{_fmt_x(v.speedup_vs_compile)} vs compile[/]")  # fmt: skip
+            elif inner == "stop":
+                err.print(f"[dim]    stopping: {escape(d['reason'])}[/]")
+
+    return on_event
+
+
+def _result_text(r: dict[str, Any]) -> str:
+    if not r.get("correct"):
+        return f"no correct kernel ({escape(str(r.get('message') or '')[:200])}); {r.get('candidates', 0)} candidates"
+    roof = r.get("roofline_fraction")
+    return (
+        f"{_fmt_x(r.get('speedup_vs_eager'))} vs eager, {_fmt_x(r.get('speedup_vs_compile'))} vs compile"
+        + (f", {roof:.0%} of roofline" if roof else "")
+        + f" ({r.get('candidates', 0)} candidates, {r.get('wall_s', 0):.0f} s)"
+    )
+
+
+def _print_bench(doc: dict[str, Any]) -> None:
+    from kernelevolve.bench.report import COLUMNS, _cell, header, summary_rows
+
+    for k, v in header(doc):
+        out.print(f"[dim]{escape(k)}:[/] {escape(v)}")
+    t = Table(show_header=True, box=None, padding=(0, 2))
+    for h, _ in COLUMNS[:9]:
+        t.add_column(h)
+    for r in doc["results"]:
+        t.add_row(*(escape(_cell(k, r.get(k))) for _, k in COLUMNS[:9]))
+    out.print(t)
+    s = doc["summary"]
+    out.print(
+        f"{s['correct']} of {s['specs']} correct; {s['load_errors']} failed to load; {s['flagged']} flagged"
+    )
+    st = Table(show_header=True, box=None, padding=(0, 2))
+    for h in ("metric", "vs eager", "vs compile"):
+        st.add_column(h)
+    for row in summary_rows(s):
+        st.add_row(*row)
+    out.print(st)
+    if doc.get("pending"):
+        out.print(f"[yellow]not yet run: {escape(', '.join(doc['pending']))}[/]")
+
+
+def _finish(doc: dict[str, Any], report: Path | None, as_json: bool) -> None:
+    if report is not None:
+        from kernelevolve.bench.report import write_bench_report
+
+        paths = write_bench_report(doc, report)
+        err.print(f"report: {escape(', '.join(str(p) for p in paths.values()))}")
+        if "speedup" not in paths:
+            err.print('[dim]no plots: install matplotlib (pip install "kernelevolve[plots]")[/]')
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    else:
+        _print_bench(doc)
+
+
+@app.command()
+def bench(
+    directory: Annotated[
+        Path, typer.Argument(help="A folder of spec files (a suite, a KernelBench level), or one file.")
+    ],
+    budget: BudgetOpt = None,
+    llm: Annotated[str | None, typer.Option(help="PROVIDER:MODEL; default: the offline tuner.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="An OpenAI-compatible server.")] = None,
+    baseline: Annotated[
+        str | None, typer.Option(help="Fitness baseline of the searches: compile | eager.")
+    ] = None,
+    track: Annotated[
+        str, typer.Option(help="Precision track: strict (fp32) | tf32 (TF32 allowed).")
+    ] = "strict",
+    policy: PolicyOpt = "uct",
+    only: Annotated[str | None, typer.Option(help="Only the specs whose path matches this regex.")] = None,
+    fresh: Annotated[bool, typer.Option(help="Start a new bench instead of resuming this one.")] = False,
+    report: Annotated[
+        Path | None, typer.Option(help="Write the report (md, csv, json, png, html) here.")
+    ] = None,
+    platform: PlatformOpt = None,
+    device: Annotated[int | None, typer.Option("--device", help="Device index.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Candidates evaluated at once (0: auto).")] = None,
+    timing_budget: Annotated[float | None, typer.Option(help="Seconds of timing per shape.")] = None,
+    max_usd: Annotated[float | None, typer.Option(help="USD budget per op (model synthesizers).")] = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search every spec of DIRECTORY; one table of correctness, speedups, roofline and cost.
+
+    \b
+    Examples:
+      kernelevolve bench suites/recsys --budget 50
+      kernelevolve bench PATH/TO/kernelbench/level2 --budget 20 --baseline compile
+      kernelevolve bench suites/llm --report out/ --json > bench.json
+    Run the same command again to resume; --fresh starts over.
+    """
+    from kernelevolve.bench import run_bench
+    from kernelevolve.search.policies import SearchConfig
+    from kernelevolve.synth import SynthConfig
+
+    try:
+        settings = _settings(workspace, platform=platform, device=device, fitness_baseline=baseline,
+                             workers=workers, timing_budget_s=timing_budget)  # fmt: skip
+        search = SearchConfig(policy=policy).validate()
+        limits = _limits(budget, None, None, max_usd, None, None)
+        synth = SynthConfig(name=llm or "tuner", base_url=base_url)
+        doc = run_bench(directory, settings, search, limits, synth, track=track, fresh=fresh, only=only,
+                        on_event=_bench_progress())  # fmt: skip
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted: the bench is stored; run the same command again to resume it[/]")
+        raise typer.Exit(130) from None
+    _finish(doc, report, as_json)
+
+
+@benches_app.command("list")
+def benches_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> None:
+    """The workspace's benches, newest first."""
+    from kernelevolve.store import Workspace
+
+    try:
+        with Workspace.open(_settings(workspace).workspace) as ws:
+            rows = ws.benches()
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps({"benches": rows}, indent=2, default=str) + "\n")
+        return
+    t = Table(title="benches")
+    for col in ("bench", "created", "dir", "track", "synthesizer", "budget", "specs done", "status"):
+        t.add_column(col)
+    for r in rows:
+        c = r["config"]
+        t.add_row(r["bench_id"], r["created_at"][:19], escape(r["dir"]), str(c.get("track")),
+                  str(c.get("synthesizer")), str(c.get("budget")), f"{r['done']}/{r['items']}", r["status"])  # fmt: skip
+    out.print(t)
+
+
+@benches_app.command("show")
+def benches_show(
+    bench_id: Annotated[str, typer.Argument(help="The bench's id (or a unique prefix).")],
+    report: Annotated[
+        Path | None, typer.Option(help="Write the report (md, csv, json, png, html) here.")
+    ] = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A stored bench's table (and report), without running anything."""
+    from kernelevolve.bench import bench_document
+    from kernelevolve.store import Workspace
+
+    try:
+        with Workspace.open(_settings(workspace).workspace) as ws:
+            doc = bench_document(ws, ws.resolve_bench(bench_id))
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    _finish(doc, report, as_json)
+
+
+@app.command()
+def export(
+    runs: Annotated[list[str] | None, typer.Argument(help="Run ids (or unique prefixes).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="trajectories | winners")] = "trajectories",
+    bench_id: Annotated[str | None, typer.Option("--bench", help="Every run of this bench.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="A file instead of stdout.")] = None,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Training data as JSONL: every step of the runs (prompt, response, verdict, reward), or the winners.
+
+    \b
+    Examples:
+      kernelevolve export 3f2a9c1e --format trajectories > data.jsonl
+      kernelevolve export --bench b41c2d7e --format winners -o winners.jsonl
+    The reward is 0 for a failed step, else clamp(1 + log2(fitness), 0.1, 4.32) (see docs/bench.md).
+    """
+    from kernelevolve.data import FORMATS
+    from kernelevolve.errors import WorkspaceError
+    from kernelevolve.store import Workspace
+
+    try:
+        if fmt not in FORMATS:
+            raise WorkspaceError(f"unknown format {fmt!r}", hint="formats: " + ", ".join(FORMATS))
+        with Workspace.open(_settings(workspace).workspace) as ws:
+            ids = [ws.resolve_run(r) for r in runs or []]
+            if bench_id is not None:
+                ids += [i["run_id"] for i in ws.bench_items(ws.resolve_bench(bench_id)) if i["run_id"]]
+            if not ids:
+                raise WorkspaceError(
+                    "no runs to export", hint="give run ids (kernelevolve runs) or --bench BENCH"
+                )
+            sink = output.open("w") if output else sys.stdout
+            count = 0
+            try:
+                for record in FORMATS[fmt](ws, dict.fromkeys(ids)):
+                    sink.write(json.dumps(record, default=str) + "\n")
+                    count += 1
+            finally:
+                if output:
+                    sink.close()
+    except KernelevolveError as exc:
+        _fail(exc)
+        return
+    err.print(f"[dim]{count} {fmt} record(s) from {len(set(ids))} run(s)[/]")

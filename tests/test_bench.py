@@ -1,0 +1,265 @@
+"""Benches: metrics on hand-computed examples, discovery, tracks, and one tiny bench end to end on the
+CPU (a spec that does not load, one that the tuner templates) with resume, reports and data exports."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from kernelevolve.bench import metrics
+from kernelevolve.bench.results import delivered
+from kernelevolve.bench.runner import discover, track_precision
+from kernelevolve.cli import app
+from kernelevolve.data import REWARD_CAP, reward
+from kernelevolve.spec import load_spec
+from kernelevolve.store import Workspace
+
+SPECS = Path(__file__).parent / "specs"
+
+
+def _r(name: str, correct: bool, eager: float | None, compile: float | None) -> dict[str, Any]:
+    return {"name": name, "correct": correct, "speedup_vs_eager": eager, "speedup_vs_compile": compile}
+
+
+# Four specs: a 3x win, a 1.1x win, a correct loss, a failure (its module is the reference: 1.0 vs eager).
+RESULTS = [
+    _r("a", True, 3.0, 2.0),
+    _r("b", True, 1.1, 0.5),
+    _r("c", True, 1.0, 0.8),
+    _r("d", False, 1.0, None),
+]
+
+
+def test_fast_p_counts_correct_results_above_p() -> None:
+    assert metrics.fast_p(RESULTS, 0.0, "eager") == 0.75  # fast_0 is the correctness rate
+    assert metrics.fast_p(RESULTS, 1.0, "eager") == 0.5  # 3.0 and 1.1; 1.0 is not above 1
+    assert metrics.fast_p(RESULTS, 1.2, "eager") == 0.25
+    assert metrics.fast_p(RESULTS, 2.0, "compile") == 0.0  # 2.0 is not above 2
+    assert metrics.fast_p(RESULTS, 1.0, "compile") == 0.25
+    assert metrics.fast_p([], 1.0, "eager") is None
+
+
+def test_geomeans_with_failures_as_one_and_over_correct_only() -> None:
+    fallback = metrics.geomean_speedup(RESULTS, "compile", correct_only=False)
+    assert fallback == pytest.approx((2.0 * 0.5 * 0.8 * 1.0) ** (1 / 4))
+    only = metrics.geomean_speedup(RESULTS, "compile", correct_only=True)
+    assert only == pytest.approx((2.0 * 0.5 * 0.8) ** (1 / 3))
+    assert metrics.geomean_speedup(RESULTS, "eager", correct_only=False) == pytest.approx(
+        (3.0 * 1.1) ** (1 / 4)
+    )
+
+
+def test_summary_names_and_values() -> None:
+    s = metrics.summarize(RESULTS, load_errors=2)
+    assert (s["specs"], s["correct"], s["load_errors"], s["correctness_rate"]) == (4, 3, 2, 0.75)
+    assert s["fast_1_vs_compile"] == 0.25 and s["fast_1_2_vs_eager"] == 0.25 and s["fast_0_vs_eager"] == 0.75
+    assert s["geomean_vs_eager"] == pytest.approx(3.3**0.25)
+    # Nothing correct: the fallback geomean is 1.0, and there is no correct-only geomean.
+    none = metrics.summarize([_r("x", False, 1.0, None)])
+    assert none["geomean_vs_eager"] == 1.0 and none["geomean_vs_eager_correct_only"] is None
+    assert none["fast_0_vs_eager"] == 0.0
+    # A baseline never measured (eager-only settings) gives no numbers rather than fallbacks.
+    eager_only = metrics.summarize([_r("y", True, 2.0, None)])
+    assert eager_only["geomean_vs_compile"] is None and eager_only["fast_1_vs_compile"] is None
+
+
+def test_delivered_speedup_is_shape_weighted_and_never_below_the_reference() -> None:
+    summary = {
+        "shapes": [{"shape": "s", "weight": 0.5}, {"shape": "l", "weight": 0.5}],
+        "dispatch": {
+            # The kernel loses at `s` (0.5x): the module runs the reference there.
+            "s": {"node": None, "time_us": 20.0, "eager_us": 10.0, "compile_us": 5.0},
+            "l": {"node": 3, "time_us": 100.0, "eager_us": 400.0, "compile_us": 200.0},
+        },
+    }
+    assert delivered(summary, "eager") == pytest.approx((0.5 * 10 + 0.5 * 400) / (0.5 * 10 + 0.5 * 100))
+    assert delivered(summary, "compile") == pytest.approx((0.5 * 5 + 0.5 * 200) / (0.5 * 10 + 0.5 * 100))
+    summary["dispatch"]["l"]["node"] = None
+    assert delivered(summary, "eager") == pytest.approx(1.0)
+
+
+def test_reward_is_zero_for_failures_and_grows_with_speedup() -> None:
+    assert reward("incorrect", 0.0) == 0.0 and reward("suspicious", 50.0) == 0.0
+    assert reward("ok", 1.0) == 1.0 and reward("ok", 2.0) == 2.0
+    assert reward("ok", 0.25) == 0.1  # correct but slow: still above any failure
+    assert reward("ok", 1e6) == pytest.approx(REWARD_CAP)
+    assert reward("ok", 0.0) == 0.1  # correct, not timed (a kind this platform only checks)
+
+
+def test_discover_orders_naturally_and_skips_non_specs(tmp_path: Path) -> None:
+    for name in ("10_b.py", "2_a.py", "1_c.py", "_helper.py", "__init__.py", "notes.txt"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "3_d.py").write_text("")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "x.py").write_text("")
+    found = [str(p.relative_to(tmp_path)) for p in discover(tmp_path)]
+    assert found == ["1_c.py", "2_a.py", "10_b.py", "sub/3_d.py"]
+
+
+def test_tracks_set_fp32_policies_and_keep_low_precision_specs() -> None:
+    fp32 = load_spec(SPECS / "softmax.py")
+    assert track_precision(fp32, "strict") == "strict_fp32" and track_precision(fp32, "tf32") == "tf32"
+    bf16 = load_spec(SPECS / "tg_gelu_bf16.py")
+    assert bf16.dtype is None  # its get_inputs makes bf16 tensors itself
+    assert track_precision(bf16, "tf32") == bf16.precision == track_precision(bf16, "strict")
+
+
+def test_a_track_runs_a_derived_copy_of_the_spec(tmp_path: Path) -> None:
+    from kernelevolve.bench.runner import _track_file
+
+    spec = load_spec(SPECS / "softmax.py")
+    with Workspace.open(tmp_path / "ws") as ws:
+        path = _track_file(ws, "b1", "sub/softmax.py", spec, "tf32")
+    derived = load_spec(path)
+    assert derived.precision == "tf32" and spec.precision == "strict_fp32"
+    assert derived.fingerprint != spec.fingerprint and derived.shapes == spec.shapes
+
+
+# -- one tiny bench on the CPU, end to end ----------------------------------------------------------
+
+BROKEN = "import torch\nraise RuntimeError('this spec is broken on purpose')\n"
+
+
+def _invoke(args: list[str]) -> Any:
+    result = CliRunner().invoke(app, args)
+    return result
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("bench")
+    suite = root / "suite"
+    suite.mkdir()
+    shutil.copy(SPECS / "ew_chain.py", suite / "2_ew_chain.py")
+    (suite / "1_broken.py").write_text(BROKEN)
+    ws = root / "ws"
+    (root / "ws").mkdir()
+    (ws / "config.toml").write_text(
+        'baselines = ["eager"]\nfitness_baseline = "eager"\ntiming_budget_s = 0.15\nmin_trials = 10\n'
+        "max_trials = 40\nworkers = 1\nskills_verify = 0\n"
+    )
+    args = ["bench", str(suite), "--budget", "2", "--platform", "cpu", "--workspace", str(ws)]
+    first = _invoke([*args, "--json", "--report", str(root / "report")])
+    return {"root": root, "suite": suite, "ws": ws, "args": args, "first": first}
+
+
+def test_bench_json_has_results_and_summary(bench_run: dict[str, Any]) -> None:
+    res = bench_run["first"]
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert [r["name"] for r in doc["results"]] == ["2_ew_chain"]
+    r = doc["results"][0]
+    for key in ("name", "correct", "speedup_vs_eager", "speedup_vs_compile", "roofline_fraction"):
+        assert key in r
+    assert r["correct"] is True and r["speedup_vs_eager"] >= 1.0 and r["candidates"] == 2
+    assert r["speedup_vs_compile"] is None  # not measured in this workspace (eager only)
+    for key in ("fast_1_vs_compile", "geomean_vs_eager", "geomean_vs_compile", "fast_0_vs_eager"):
+        assert key in doc["summary"]
+    assert doc["summary"]["specs"] == 1 and doc["summary"]["correctness_rate"] == 1.0
+    # The broken spec is reported and skipped, not fatal.
+    assert doc["load_errors"][0]["path"] == "1_broken.py"
+    assert "broken on purpose" in doc["load_errors"][0]["error"]
+    assert doc["environment"]["torch"] and doc["track"] == "strict" and doc["synthesizer"] == "tuner"
+    assert len(r["curve"]) == 2 and r["curve"][-1] > 0
+
+
+def test_bench_report_files(bench_run: dict[str, Any]) -> None:
+    out = bench_run["root"] / "report"
+    names = {p.name for p in out.iterdir()}
+    assert {"bench.json", "bench.md", "bench.csv", "bench.html"} <= names
+    assert {"speedup.png", "roofline.png", "progress.png", "cost.png"} <= names  # matplotlib is in [dev]
+    assert (out / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (out / "bench.md").read_text()
+    for needle in (
+        "device",
+        "torch",
+        "precision track",
+        "strict",
+        "budget",
+        "synthesizer",
+        "ew_chain",
+        "fast_1",
+    ):
+        assert needle in text, needle
+    rows = list(csv.DictReader((out / "bench.csv").open()))
+    assert rows[0]["name"] == "2_ew_chain" and float(rows[0]["speedup_vs_eager"]) >= 1.0
+    html = (out / "bench.html").read_text()
+    assert html.count("data:image/png;base64,") == 4 and "<script" not in html
+    assert "broken on purpose" in html
+
+
+def test_bench_resumes_and_reruns_only_changed_specs(bench_run: dict[str, Any]) -> None:
+    ws, suite, args = bench_run["ws"], bench_run["suite"], bench_run["args"]
+    with Workspace.open(ws) as w:
+        runs_before = len(w.runs())
+    again = _invoke([*args, "--json"])
+    assert again.exit_code == 0, again.output
+    assert "done earlier" in again.stderr
+    with Workspace.open(ws) as w:
+        assert len(w.runs()) == runs_before  # nothing was run twice
+    assert json.loads(again.stdout)["bench_id"] == json.loads(bench_run["first"].stdout)["bench_id"]
+    # A changed spec file is a new problem: only it gets a new run.
+    path = suite / "2_ew_chain.py"
+    path.write_text(path.read_text() + "\n# changed\n")
+    third = _invoke([*args, "--json"])
+    assert third.exit_code == 0, third.output
+    with Workspace.open(ws) as w:
+        assert len(w.runs()) == runs_before + 1
+    listing = _invoke(["benches", "list", "--workspace", str(ws), "--json"])
+    assert json.loads(listing.stdout)["benches"][0]["done"] == 1
+
+
+def test_export_trajectories_and_winners(bench_run: dict[str, Any]) -> None:
+    ws = bench_run["ws"]
+    doc = json.loads(bench_run["first"].stdout)
+    run_id = doc["results"][0]["run_id"]
+    res = _invoke(["export", run_id, "--format", "trajectories", "--workspace", str(ws)])
+    assert res.exit_code == 0, res.output
+    steps = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(steps) >= 2 and all(s["run_id"] == run_id for s in steps)
+    for s in steps:
+        assert s["spec"] == "2_ew_chain" and "class Model" in s["spec_source"]
+        assert s["response"] and s["source"] and "ModelNew" in s["source"]
+        expected = reward(s["status"], s["fitness"]) if s["state"] == "evaluated" else 0.0
+        assert s["reward"] == expected
+        assert (s["reward"] > 0) == (s["status"] == "ok")
+    ok = [s for s in steps if s["status"] == "ok" and s["fitness"] > 0]
+    assert ok and all(
+        s["reward"] == pytest.approx(min(REWARD_CAP, max(0.1, 1 + math.log2(s["fitness"])))) for s in ok
+    )
+    bench_id = doc["bench_id"]
+    win = _invoke(["export", "--bench", bench_id, "--format", "winners", "--workspace", str(ws)])
+    assert win.exit_code == 0, win.output
+    rows = [json.loads(line) for line in win.stdout.splitlines()]
+    assert len(rows) == 1 and "ModelNew" in rows[0]["kernel"] and rows[0]["spec"]["name"] == "2_ew_chain"
+    assert rows[0]["speedup_vs_eager"] and rows[0]["device"] and rows[0]["versions"]["torch"]
+    bad = _invoke(["export", run_id, "--format", "parquet", "--workspace", str(ws)])
+    assert bad.exit_code == 2 and "trajectories" in bad.stderr
+
+
+def test_bench_show_rewrites_the_report(bench_run: dict[str, Any], tmp_path: Path) -> None:
+    doc = json.loads(bench_run["first"].stdout)
+    res = _invoke(["benches", "show", doc["bench_id"][:5], "--workspace", str(bench_run["ws"]),
+                   "--report", str(tmp_path / "r")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert re.search(r"2_ew_chain\s+yes", res.stdout)
+    assert (tmp_path / "r" / "bench.html").exists()
+
+
+def test_bench_errors_say_what_to_do(tmp_path: Path) -> None:
+    res = _invoke(["bench", str(tmp_path / "nope"), "--workspace", str(tmp_path / "ws")])
+    assert res.exit_code == 2 and "no such directory" in res.stderr
+    (tmp_path / "empty").mkdir()
+    res = _invoke(["bench", str(tmp_path / "empty"), "--workspace", str(tmp_path / "ws")])
+    assert res.exit_code == 2 and "no .py spec files" in res.stderr
+    res = _invoke(["bench", str(SPECS), "--track", "fp8", "--workspace", str(tmp_path / "ws")])
+    assert res.exit_code == 2 and "tracks: strict, tf32" in res.stderr
