@@ -375,3 +375,52 @@ def test_inherit_follows_the_diagnosis_more_often_than_not(spec: Spec, template:
             )  # larger, fewer tasks
         favoured[klass] = hits
     assert favoured["launch-bound"] > 1.3 * favoured[""], favoured
+
+
+# -- knowledge-base code samples ---------------------------------------------------------------------
+
+
+def test_an_untemplated_reference_is_drafted_from_its_code_sample() -> None:
+    # Embedding-bag pooling is a jagged gather: no template covers it, the shipped C sample does.
+    from kernelevolve.knowledge.docs import DOCS_DIR
+
+    bag = load_spec(DOCS_DIR / "samples" / "specs" / "embedding_bag.py")
+    tuner = OfflineTuner(bag, "cpu", ("c",))
+    first = tuner.propose(task(bag, "draft"), NoTools())
+    assert first.source is not None, first.error
+    assert "sample samples/c-embedding_bag" in first.note and "TUNABLES" in first.source
+    # From there the tuner works on the sample's declared tunables like on a template's.
+    parent = node(1, first.source)
+    child = tuner.propose(
+        task(bag, "inherit", parents=[parent], tried={candidate_hash(first.source)}), NoTools()
+    )
+    assert child.source is not None and config_of(child) != declared(first.source)[1]
+    # The Triton sample is for CUDA, not the CPU.
+    assert "triton" not in first.source
+
+
+def test_samples_match_by_computation_not_by_file() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from kernelevolve.bench.runner import _track_file
+    from kernelevolve.knowledge.samples import applicable_samples
+    from kernelevolve.store import Workspace
+
+    # examples/softmax/spec.py was written apart from the sample's spec; it computes the same thing.
+    softmax = load_spec(SPECS.parent.parent / "examples" / "softmax" / "spec.py")
+    assert [s.doc_id for s in applicable_samples(softmax, "c")] == ["samples/c-softmax"]
+    assert [s.doc_id for s in applicable_samples(softmax, "triton")] == ["samples/triton-softmax"]
+    rms = load_spec(SPECS.parent.parent / "examples" / "rmsnorm" / "spec.py")
+    assert "samples/c-softmax" not in [s.doc_id for s in applicable_samples(rms, "c")]
+    # A strict-fp32 sample serves a TF32 spec; the reverse would be a precision downgrade.
+    from kernelevolve.knowledge.docs import DOCS_DIR
+
+    attention = load_spec(DOCS_DIR / "samples" / "specs" / "attention.py")
+    assert attention.precision == "tf32"
+    with tempfile.TemporaryDirectory() as tmp, Workspace.open(Path(tmp)) as ws:
+        tf32 = load_spec(_track_file(ws, "b", "softmax.py", softmax, "tf32"))
+        assert [s.doc_id for s in applicable_samples(tf32, "c")] == ["samples/c-softmax"]
+        strict = load_spec(_track_file(ws, "b", "attention.py", attention, "strict_fp32"))
+        assert [s.doc_id for s in applicable_samples(attention, "triton")] == ["samples/triton-attention"]
+        assert applicable_samples(strict, "triton") == []

@@ -8,7 +8,8 @@ tunable when its source declares `TUNABLES`/`CONFIG` (`tunables.py`); a new cand
 source with only its `CONFIG` rewritten, so a configuration has one spelling and one hash.
 
 What each kind of task gets:
-- draft (or no parent): each template at its default config (the default template first), then the
+- draft (or no parent): each template at its default config (the default template first), then each
+  knowledge-base code sample that computes the same reference (`knowledge/samples.py`), then the
   extra seeds (user candidates given to `kernelevolve tune`) as written, then random configurations;
 - one tunable parent: `inherit` steps 1-2 tunables to neighbouring choices, preferring directions that
   improved fitness along the ancestors; `compare` moves towards the values of the fastest siblings;
@@ -54,7 +55,7 @@ class _Base:
     source: str
     space: Space | None  # None: the seed declares no tunables and is offered once, as written
     config: Config
-    kind: str = "seed"  # "template" | "seed"
+    kind: str = "seed"  # "template" | "sample" | "seed"
 
 
 # Platform -> (kernel kind, code generator module). A generator module has `generate(graph,
@@ -149,6 +150,8 @@ class OfflineTuner:
             templates_for(self.spec, self.platform, self.kinds) if self.templates else ([], "")
         )
         bases = [_Base(t.template, t.source, dict(t.tunables), dict(t.config), "template") for t in templates]
+        if self.templates:
+            bases += self._samples()
         for label, source in self.extra_seeds:
             try:
                 declared = tn.read(source)
@@ -161,6 +164,33 @@ class OfflineTuner:
                 bases.append(_Base(label, tn.write(source, declared[1]), declared[0], declared[1]))
         self._bases = bases
         return bases
+
+    def _samples(self) -> list[_Base]:
+        """The knowledge base's code samples that compute this spec's reference, in this platform's
+        kernel kind (`knowledge/samples.py`): hand-written kernels with declared tunables, offered
+        after the generated templates. Where the templates do not cover a reference (gathers, jagged
+        ops, several GEMMs), they are what the tuner has to work with."""
+        from kernelevolve.knowledge.samples import applicable_samples
+
+        entry = GENERATORS.get(self.platform)
+        if entry is None or (self.kinds and entry[0] not in self.kinds):
+            return []
+        out = []
+        for sample in applicable_samples(self.spec, entry[0]):
+            source = sample.source
+            try:
+                declared = tn.read(source)
+            except tn.TunablesError:
+                declared = None
+            if declared is None:
+                out.append(_Base(sample.doc_id, source, None, {}, "sample"))
+            else:
+                out.append(
+                    _Base(sample.doc_id, tn.write(source, declared[1]), declared[0], declared[1], "sample")
+                )
+        if out:
+            self._why = ""
+        return out
 
     # -- the protocol ------------------------------------------------------------------------------
 
