@@ -263,3 +263,36 @@ def test_bench_errors_say_what_to_do(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "no .py spec files" in res.stderr
     res = _invoke(["bench", str(SPECS), "--track", "fp8", "--workspace", str(tmp_path / "ws")])
     assert res.exit_code == 2 and "tracks: strict, tf32" in res.stderr
+
+
+def test_several_devices_take_one_spec_each_at_a_time(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from kernelevolve.bench.runner import _schedule
+    from tests.conftest import cpu_settings
+
+    seen: list[tuple[int, int]] = []
+    running: dict[int, int] = {}
+    overlap = []
+    lock = threading.Lock()
+
+    def one(i: int, settings: Any) -> None:
+        with lock:
+            running[settings.device] = running.get(settings.device, 0) + 1
+            assert running[settings.device] == 1  # never two specs on one device
+            overlap.append(sum(running.values()))
+        time.sleep(0.05)
+        with lock:
+            running[settings.device] -= 1
+            seen.append((i, settings.device))
+
+    _schedule(one, 7, cpu_settings(tmp_path), [0, 1, 2])
+    assert sorted(i for i, _ in seen) == list(range(7))  # every spec once
+    assert {d for _, d in seen} == {0, 1, 2} and max(overlap) > 1  # in parallel, on every device
+
+    def boom(i: int, settings: Any) -> None:
+        raise RuntimeError(f"spec {i}")
+
+    with pytest.raises(RuntimeError, match="spec"):
+        _schedule(boom, 3, cpu_settings(tmp_path), [0, 1])

@@ -137,6 +137,9 @@ def bench(
     ] = None,
     platform: PlatformOpt = None,
     device: Annotated[int | None, typer.Option("--device", help="Device index.")] = None,
+    devices: Annotated[
+        str | None, typer.Option(help="Run specs on several devices at once: 0,1,2,3 or all (GPUs).")
+    ] = None,
     workers: Annotated[int | None, typer.Option(help="Candidates evaluated at once (0: auto).")] = None,
     timing_budget: Annotated[float | None, typer.Option(help="Seconds of timing per shape.")] = None,
     max_usd: Annotated[float | None, typer.Option(help="USD budget per op (model synthesizers).")] = None,
@@ -150,6 +153,7 @@ def bench(
       kernelevolve bench suites/recsys --budget 50
       kernelevolve bench PATH/TO/kernelbench/level2 --budget 20 --baseline compile
       kernelevolve bench suites/llm --report out/ --json > bench.json
+      kernelevolve bench suites --devices all          # one spec per GPU at a time
     Run the same command again to resume; --fresh starts over.
     """
     from kernelevolve.bench import run_bench
@@ -163,7 +167,7 @@ def bench(
         limits = _limits(budget, None, None, max_usd, None, None)
         synth = SynthConfig(name=llm or "tuner", base_url=base_url)
         doc = run_bench(directory, settings, search, limits, synth, track=track, fresh=fresh, only=only,
-                        on_event=_bench_progress())  # fmt: skip
+                        devices=_devices(devices), on_event=_bench_progress())  # fmt: skip
     except KernelevolveError as exc:
         _fail(exc)
         return
@@ -171,6 +175,27 @@ def bench(
         err.print("[yellow]interrupted: the bench is stored; run the same command again to resume it[/]")
         raise typer.Exit(130) from None
     _finish(doc, report, as_json)
+
+
+def _devices(text: str | None) -> list[int] | None:
+    from kernelevolve.errors import WorkspaceError
+
+    if text is None:
+        return None
+    if text == "all":
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise WorkspaceError("--devices all: no GPU is visible", hint="leave --devices out on the CPU")
+        return list(range(count))
+    try:
+        found = [int(d) for d in text.split(",") if d.strip()]
+    except ValueError:
+        raise WorkspaceError(f"--devices {text!r}: give indices like 0,1,2,3 or all") from None
+    if not found or len(set(found)) != len(found) or min(found) < 0:
+        raise WorkspaceError(f"--devices {text!r}: give distinct indices like 0,1,2,3 or all")
+    return found
 
 
 @benches_app.command("list")

@@ -10,6 +10,10 @@ numbers (track, baselines, synthesizer, budget, policy, platform). Running the s
 skips the specs already done (unless their file changed), resumes a run that was interrupted and
 starts the rest. `fresh=True` starts a new bench.
 
+Several devices (`devices=[0, 1, 2, 3]`): one spec per device at a time, each run's evaluator pool on
+its own device; the runs share the workspace (SQLite transactions). A spec's numbers come from one
+device, like any run's.
+
 Failures stay local: a spec that fails to load is recorded as a `load_error` and skipped; a run that
 raises (the harness failing, say) is recorded with its error and counts as incorrect. Only Ctrl-C
 stops the bench, and the next run of the command picks it up.
@@ -26,8 +30,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
-from dataclasses import asdict
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +114,11 @@ def run_bench(
     track: str = "strict",
     fresh: bool = False,
     only: str | None = None,
+    devices: Sequence[int] | None = None,
     on_event: Event | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) the bench of `directory`; returns the bench document (see `bench_document`)."""
+    """Run (or resume) the bench of `directory`; returns the bench document (see `bench_document`).
+    With several `devices`, that many specs run at once, each run on one device."""
     from kernelevolve import optimize as jobs
     from kernelevolve.platforms import select
 
@@ -147,10 +154,11 @@ def run_bench(
         ws.set_bench_status(bench_id, "running")
     emit("bench", {"bench_id": bench_id, "specs": len(files), "resumed": resumed, "dir": str(directory)})
 
-    for i, (path, rel) in enumerate(zip(files, rels, strict=True)):
+    def one(i: int, device_settings: Settings) -> None:
+        path, rel = files[i], rels[i]
         with Workspace.open(settings.workspace) as ws:
             item = next(r for r in ws.bench_items(bench_id) if r["path"] == rel)
-        info = {"index": i + 1, "total": len(files), "path": rel}
+        info = {"index": i + 1, "total": len(files), "path": rel, "device": device_settings.device}
         try:
             spec = load_spec(path)
         except Exception as exc:  # a bench survives any spec: SpecError, or the file's own bug
@@ -160,7 +168,7 @@ def run_bench(
                     bench_id, rel, i, path.stem, status="load_error", error=message, result=None
                 )
             emit("load_error", {**info, "error": message})
-            continue
+            return
         precision = track_precision(spec, track)
         run_path = path
         if precision != spec.precision:
@@ -169,15 +177,60 @@ def run_bench(
             spec = load_spec(run_path)
         if item["status"] == "done" and item["fingerprint"] == spec.fingerprint and item["result"]:
             emit("cached", {**info, "name": spec.name, "result": item["result"]})
-            continue
-        result = _run_one(jobs, settings, search, limits, synth, bench_id, i, rel, run_path, spec, item,
+            return
+        result = _run_one(jobs, device_settings, search, limits, synth, bench_id, i, rel, run_path, spec, item,
                           info, emit)  # fmt: skip
         if result is not None:
             emit("result", {**info, "name": spec.name, "result": result})
 
+    _schedule(one, len(files), settings, devices)
+
     with Workspace.open(settings.workspace) as ws:
         ws.set_bench_status(bench_id, "done")
         return bench_document(ws, bench_id)
+
+
+def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settings,
+              devices: Sequence[int] | None) -> None:  # fmt: skip
+    """Call `one(i, settings)` for every spec: in order on one device, or one spec per device at a
+    time (a thread per device takes the next spec when its run ends). On Ctrl-C no new spec starts;
+    with several devices the runs in flight finish first (each is stored as it goes)."""
+    if not devices or len(devices) == 1:
+        one_settings = replace(settings, device=devices[0]) if devices else settings
+        for i in range(count):
+            one(i, one_settings)
+        return
+    queue = list(range(count))
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def worker(device: int) -> None:
+        device_settings = replace(settings, device=device)
+        while not stop.is_set():
+            with lock:
+                if not queue:
+                    return
+                i = queue.pop(0)
+            try:
+                one(i, device_settings)
+            except BaseException as exc:  # re-raised in the calling thread
+                errors.append(exc)
+                stop.set()
+
+    threads = [threading.Thread(target=worker, args=(d,), name=f"bench-device-{d}") for d in devices]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        stop.set()
+        for t in threads:
+            t.join()
+        raise
+    if errors:
+        raise errors[0]
 
 
 def _run_one(
