@@ -15,6 +15,16 @@ OPS = sorted(p.stem for p in (SAMPLES_DIR / "specs").glob("*.py"))
 KINDS = {"c": "cpu", "triton": "cuda"}  # kind -> the platform whose guards it must pass
 
 
+def ops_of(kind: str) -> list[str]:
+    """The ops with a sample of `kind`: every op has a Triton one; C samples are written where a CPU
+    kernel is worth having (not yet for the GEMM-heavy and training suite ops)."""
+    return sorted(p.stem for p in (SAMPLES_DIR / kind).glob("*.py"))
+
+
+C_OPS = ops_of("c")
+TRITON_OPS = ops_of("triton")
+
+
 def kernel(kind: str, op: str) -> Path:
     return SAMPLES_DIR / kind / f"{op}.py"
 

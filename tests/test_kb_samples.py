@@ -15,9 +15,9 @@ from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner import tunables
 
-from .kb_samples import KINDS, OPS, SAMPLES_DIR, kernel, spec
+from .kb_samples import KINDS, OPS, SAMPLES_DIR, kernel, ops_of, spec
 
-CASES = [(kind, op) for kind in KINDS for op in OPS]
+CASES = [(kind, op) for kind in KINDS for op in ops_of(kind)]
 DOC_PLATFORMS = {"c": ["cpu"], "triton": ["cuda", "rocm"]}
 PATTERNS = {
     "elementwise",
@@ -32,10 +32,14 @@ PATTERNS = {
 }
 
 
-def test_every_op_has_a_sample_of_every_kind() -> None:
-    assert len(OPS) == 9
+def test_every_op_has_a_triton_sample_and_every_sample_a_spec() -> None:
+    assert len(OPS) >= 9
+    assert ops_of("triton") == OPS
     for kind in KINDS:
-        assert sorted(p.stem for p in (SAMPLES_DIR / kind).glob("*.py")) == OPS, kind
+        assert set(ops_of(kind)) <= set(OPS), kind
+        assert sorted(
+            p.name.removeprefix(f"{kind}-").removesuffix(".md") for p in SAMPLES_DIR.glob(f"{kind}-*.md")
+        ) == ops_of(kind)
 
 
 @pytest.mark.parametrize(("kind", "op"), CASES)

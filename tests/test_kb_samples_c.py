@@ -14,7 +14,8 @@ from kernelevolve.evaluate import EvaluatorPool, Status
 from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
 from tests.conftest import cpu_settings
-from tests.kb_samples import OPS, kernel, spec
+from tests.kb_samples import C_OPS as OPS
+from tests.kb_samples import kernel, spec
 
 
 @pytest.mark.slow

@@ -25,7 +25,8 @@ from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner import tunables
 from tests.conftest import harness_settings
-from tests.kb_samples import OPS, kernel, spec
+from tests.kb_samples import TRITON_OPS as OPS
+from tests.kb_samples import kernel, spec
 
 # The interpreter computes tl.dot in fp32 whatever input_precision says, so the tf32 samples are held
 # to fp32-level agreement here; the GPU run applies the harness's own tolerances.

@@ -411,6 +411,13 @@ def test_samples_match_by_computation_not_by_file() -> None:
     softmax = load_spec(SPECS.parent.parent / "examples" / "softmax" / "spec.py")
     assert [s.doc_id for s in applicable_samples(softmax, "c")] == ["samples/c-softmax"]
     assert [s.doc_id for s in applicable_samples(softmax, "triton")] == ["samples/triton-softmax"]
+    # The same aten op in another mode is another computation: sum pooling is not mean pooling.
+    from kernelevolve.knowledge.docs import DOCS_DIR as DOCS
+
+    bag_sum = load_spec(DOCS / "samples" / "specs" / "embedding_bag.py")
+    bag_mean = load_spec(DOCS / "samples" / "specs" / "embedding_bag_mean.py")
+    assert [s.doc_id for s in applicable_samples(bag_sum, "c")] == ["samples/c-embedding_bag"]
+    assert [s.doc_id for s in applicable_samples(bag_mean, "c")] == ["samples/c-embedding_bag_mean"]
     rms = load_spec(SPECS.parent.parent / "examples" / "rmsnorm" / "spec.py")
     assert "samples/c-softmax" not in [s.doc_id for s in applicable_samples(rms, "c")]
     # A strict-fp32 sample serves a TF32 spec; the reverse would be a precision downgrade.

@@ -3,11 +3,12 @@
 Every shipped sample document names a reference spec and a kernel (`spec: specs/softmax.py`, `kernel:
 triton/softmax.py`). A sample applies to a spec when both references compute the same thing with the
 same interface. `signature(spec)` captures that without running anything on a device: the reference's
-aten ops in dispatch order (recorded on the meta device, where shapes are all there is), each input's
-kind, dtype and rank, the constructor's argument count, the spec's dtype and its backward flag. Sizes
-are left out: the sample spec has small test shapes, the spec in hand production ones. The precision
-policy is compared apart: a sample written for a stricter policy serves a looser one (a strict-fp32
-kernel is a valid TF32 candidate), never the reverse.
+aten ops in dispatch order, each with the arguments that select what it computes (a dim, a flag, a
+mode: `embedding_bag` sums or averages), recorded on the meta device, where shapes are all there is;
+each input's kind, dtype and rank; the constructor's argument count; the spec's dtype and its backward
+flag. Sizes are left out: the sample spec has small test shapes, the spec in hand production ones.
+The precision policy is compared apart: a sample written for a stricter policy serves a looser one (a
+strict-fp32 kernel is a valid TF32 candidate), never the reverse.
 
 A reference that cannot run on the meta device (data-dependent output sizes: jagged ops) is recorded on
 the CPU instead, at the spec's shape with the fewest elements. Equal signatures are a strong hint,
@@ -55,15 +56,32 @@ def _smallest_shape(spec: Spec) -> Any:
     return min(spec.shapes, key=size)
 
 
+def _modes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """An op's arguments that select what it computes rather than how big it is: flags, strings,
+    dtypes and small integers (a dim, embedding_bag's mode, a reduction kind). Sizes, scales and
+    tensors are left out, so a sample spec at test shapes matches a spec at production shapes."""
+    import torch
+
+    def mode(value: Any) -> Any:
+        if isinstance(value, bool | str | torch.dtype):
+            return value if not isinstance(value, torch.dtype) else str(value)
+        if isinstance(value, int) and -2 <= value <= 3:
+            return value
+        return "*"
+
+    items = [(i, mode(v)) for i, v in enumerate(args)] + [(k, mode(v)) for k, v in sorted(kwargs.items())]
+    return tuple(item for item in items if item[1] != "*")
+
+
 def _record(spec: Spec, device: str) -> Signature:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    ops: list[str] = []
+    ops: list[tuple[str, tuple[Any, ...]]] = []
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def,unused-ignore]
-            ops.append(func.overloadpacket.__name__)
+            ops.append((func.overloadpacket.__name__, _modes(args, kwargs or {})))
             return func(*args, **(kwargs or {}))
 
     module = import_spec_module(spec.path)
