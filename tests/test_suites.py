@@ -34,7 +34,7 @@ def _lightest(spec: Spec) -> str:
 
 def test_both_suites_are_populated() -> None:
     for suite in SUITES:
-        assert len(discover(ROOT / suite)) >= 8, suite
+        assert len(discover(ROOT / suite)) >= 5, suite
     names = [load_spec(p, probe=False).name for p in SPECS]
     assert len(names) == len(set(names)), "two suite specs share a name"
 
