@@ -35,8 +35,8 @@ KERNELEVOLVE = {
     "name": "sample_bucketized_dense_features",
     "description": "merged bucketization: count each dense feature's borders below it, per-feature borders",
     "shapes": {
-        "small": {"weight": 0.5, "params": {"rows": 200, "features": 24, "n_borders": 12}},
-        "large": {"weight": 0.5, "params": {"rows": 4096, "features": 64, "n_borders": 64}},
+        "small": {"weight": 0.5, "params": {"rows": 64, "features": 24, "n_borders": 12}},
+        "large": {"weight": 0.5, "params": {"rows": 4096, "features": 64, "n_borders": 12}},
     },
     "precision": "strict_fp32",
 }

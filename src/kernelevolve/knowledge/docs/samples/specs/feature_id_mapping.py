@@ -32,8 +32,8 @@ KERNELEVOLVE = {
     "name": "sample_feature_id_mapping",
     "description": "feature-id mapping: bucketize against sorted borders, clamp, gather a remap table",
     "shapes": {
-        "small": {"weight": 0.5, "params": {"n": 10000, "n_borders": 48}},
-        "large": {"weight": 0.5, "params": {"n": 1000000, "n_borders": 1000}},
+        "small": {"weight": 0.5, "params": {"n": 4096, "n_borders": 48}},
+        "large": {"weight": 0.5, "params": {"n": 262144, "n_borders": 64}},
     },
     "precision": "strict_fp32",
 }
