@@ -21,14 +21,14 @@ RULES: tuple[tuple[str, frozenset[str]], ...] = (
     ("scan", frozenset({"cumsum", "cumprod", "logcumsumexp"})),
 )  # fmt: skip
 GEMM = frozenset({"mm", "addmm", "matmul", "linear", "bmm", "baddbmm"})
-ROW = frozenset({"_softmax", "softmax", "_log_softmax", "log_softmax", "sum", "mean", "amax", "amin", "max",
+ROW = frozenset({"_softmax", "_safe_softmax", "softmax", "_log_softmax", "log_softmax", "sum", "mean", "amax", "amin", "max",
                  "min", "var", "var_mean", "std", "native_layer_norm", "layer_norm", "rms_norm", "_fused_rms_norm",
                  "norm", "linalg_vector_norm", "logsumexp", "prod", "argmax", "topk", "sort"})  # fmt: skip
 
 
 def classify(ops: list[str]) -> str:
     names = set(ops)
-    if names & {"bmm", "matmul", "baddbmm"} and names & {"_softmax", "softmax"}:
+    if names & {"bmm", "matmul", "baddbmm"} and names & {"_softmax", "softmax", "_safe_softmax"}:
         return "attention"
     for pattern, members in RULES:
         if names & members:
