@@ -513,9 +513,15 @@ def test_warm_seeds_prefer_the_same_spec_then_the_same_pattern(tmp_path: Path) -
 
 def test_operator_patterns_of_the_sample_specs() -> None:
     found = {p.stem: spec_pattern(load_spec(p)) for p in sorted(SAMPLE_SPECS.glob("*.py"))}
-    assert found == {"attention": "attention", "bias_gelu": "elementwise", "bmm": "batched-gemm",
-                     "bucketize": "bucketize", "conv2d": "conv", "embedding_bag": "gather",
-                     "linear_relu": "gemm", "rmsnorm": "row", "softmax": "row"}  # fmt: skip
+    assert found == {
+        "attention": "attention", "attention_causal": "attention", "bias_gelu": "elementwise",
+        "bmm": "batched-gemm", "bucketize": "bucketize", "bucketized_dense_features": "row",
+        "conv1d_serving": "conv", "conv2d": "conv", "embedding_bag": "gather", "embedding_bag_mean": "gather",
+        "event_truncation": "gather", "feature_hashing": "elementwise", "feature_id_mapping": "gather",
+        "ffn_block": "gemm", "fm_interaction": "batched-gemm", "inverted_index_scoring": "gather",
+        "linear_cross_entropy": "gemm", "linear_relu": "gemm", "rmsnorm": "row", "rmsnorm_backward": "row",
+        "rotary": "elementwise", "sdpa_mlp_block": "attention", "softmax": "row", "topk_sampling": "row",
+    }  # fmt: skip
     assert classify([]) == "" and classify(["add", "mul"]) == "elementwise" and classify(["cumsum"]) == "scan"
 
 
