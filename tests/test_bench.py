@@ -130,8 +130,7 @@ BROKEN = "import torch\nraise RuntimeError('this spec is broken on purpose')\n"
 
 
 def _invoke(args: list[str]) -> Any:
-    result = CliRunner().invoke(app, args)
-    return result
+    return CliRunner().invoke(app, args)
 
 
 @pytest.fixture(scope="module")

@@ -77,7 +77,7 @@ def _result_text(r: dict[str, Any]) -> str:
 
 
 def _print_bench(doc: dict[str, Any]) -> None:
-    from kernelevolve.bench.report import COLUMNS, _cell, header, summary_rows
+    from kernelevolve.bench.report import COLUMNS, cell, header, summary_rows
 
     for k, v in header(doc):
         out.print(f"[dim]{escape(k)}:[/] {escape(v)}")
@@ -85,7 +85,7 @@ def _print_bench(doc: dict[str, Any]) -> None:
     for h, _ in COLUMNS[:9]:
         t.add_column(h)
     for r in doc["results"]:
-        t.add_row(*(escape(_cell(k, r.get(k))) for _, k in COLUMNS[:9]))
+        t.add_row(*(escape(cell(k, r.get(k))) for _, k in COLUMNS[:9]))
     out.print(t)
     s = doc["summary"]
     out.print(

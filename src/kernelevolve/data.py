@@ -34,8 +34,10 @@ REWARD_FLOOR = 0.1
 
 def reward(status: str | None, fitness: float | None) -> float:
     """The reward of one step (see the module's docstring)."""
-    if status != "ok" or not fitness or fitness <= 0 or not math.isfinite(fitness):
-        return 0.0 if status != "ok" else REWARD_FLOOR
+    if status != "ok":
+        return 0.0
+    if not fitness or fitness <= 0 or not math.isfinite(fitness):  # correct, not timed on this platform
+        return REWARD_FLOOR
     return round(min(REWARD_CAP, max(REWARD_FLOOR, 1 + math.log2(fitness))), 6)
 
 

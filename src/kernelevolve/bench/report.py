@@ -60,7 +60,7 @@ def header(doc: dict[str, Any]) -> list[tuple[str, str]]:
     ]  # fmt: skip
 
 
-def _cell(key: str, value: Any) -> str:
+def cell(key: str, value: Any) -> str:
     if key == "correct":
         return "yes" if value else "no"
     if key.startswith(("speedup", "kernel_speedup")):
@@ -107,7 +107,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "| " + " | ".join(["---"] + ["---:"] * (len(COLUMNS) - 1)) + " |",
     ]
     for r in doc["results"]:
-        lines.append("| " + " | ".join(md(_cell(k, r.get(k))) for _, k in COLUMNS) + " |")
+        lines.append("| " + " | ".join(md(cell(k, r.get(k))) for _, k in COLUMNS) + " |")
     lines += [
         "",
         "Speedups are those of the exported per-shape dispatch module (the winning kernel where it beats "
@@ -237,7 +237,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def render_html(doc: dict[str, Any], images: dict[str, bytes]) -> str:
     title = f"Bench {doc['bench_id']}"
     kv = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in header(doc))
-    rows = [[_cell(k, r.get(k)) for _, k in COLUMNS] for r in doc["results"]]
+    rows = [[cell(k, r.get(k)) for _, k in COLUMNS] for r in doc["results"]]
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -288,4 +288,4 @@ def write_bench_report(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     return paths
 
 
-__all__ = ["COLUMNS", "PLOTS", "plots", "render_html", "render_markdown", "write_bench_report"]
+__all__ = ["COLUMNS", "PLOTS", "cell", "header", "plots", "render_html", "render_markdown", "write_bench_report"]

@@ -271,12 +271,8 @@ def _run_one(
 
 
 def _failed_row(name: str, rel: str, run_id: str | None, precision: str, error: str) -> dict[str, Any]:
-    return {
-        "name": name, "path": rel, "run_id": run_id, "correct": False, "speedup_vs_eager": 1.0,
-        "speedup_vs_compile": None, "kernel_speedup_vs_eager": None, "kernel_speedup_vs_compile": None,
-        "roofline_fraction": None, "shapes": [], "precision": precision, "candidates": 0, "tokens": 0,
-        "cost_usd": 0.0, "gpu_s": 0.0, "wall_s": 0.0, "flags": [], "message": error, "curve": [],
-    }  # fmt: skip
+    """The row of a run that raised: a run without a correct kernel, with the error as its message."""
+    return {**result_row(name, rel, {"run_id": run_id}, [], precision), "message": error}
 
 
 def _forward(emit: Event, info: dict[str, Any]) -> Event:
