@@ -44,21 +44,23 @@ def _fm_interaction_kernel(
     f = tl.arange(0, BLOCK_F)
     d = tl.arange(0, BLOCK_D)
     e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
-    x_mask = (f[:, None] < F) & (d[None, :] < D)
-    y_mask = (f[:, None] < F) & (e[None, :] < E)
     for s in range(SAMPLES):  # a constexpr trip count: the loads of sample s + 1 can be pipelined
         b = pid_b * SAMPLES + s
-        b_ok = b < B
         b64 = b.to(tl.int64)
-        x = tl.load(x_ptr + b64 * sxb + f[:, None] * sxf + d[None, :] * sxd, mask=x_mask & b_ok, other=0.0)
-        y = tl.load(y_ptr + b64 * syb + f[:, None] * syf + e[None, :] * sye, mask=y_mask & b_ok, other=0.0)
+        # A sample past the batch has no rows. Folding that into the row bound keeps every mask a
+        # tensor comparison (Triton 3.9's interpreter rejects a tensor mask and-ed with a scalar).
+        rows = tl.where(b < B, F, 0)
+        x_mask = (f[:, None] < rows) & (d[None, :] < D)
+        y_mask = (f[:, None] < rows) & (e[None, :] < E)
+        x = tl.load(x_ptr + b64 * sxb + f[:, None] * sxf + d[None, :] * sxd, mask=x_mask, other=0.0)
+        y = tl.load(y_ptr + b64 * syb + f[:, None] * syf + e[None, :] * sye, mask=y_mask, other=0.0)
         if GRAM:
             g = tl.dot(x, tl.trans(x), input_precision=DOT)  # [F, F]: padded rows/cols are 0
             out = tl.dot(g, y, input_precision=DOT)
         else:
             m = tl.dot(tl.trans(x), y, input_precision=DOT)  # [D, BLOCK_E]: X^T Y, on chip
             out = tl.dot(x, m, input_precision=DOT)
-        tl.store(o_ptr + b64 * sob + f[:, None] * sof + e[None, :] * soe, out, mask=y_mask & b_ok)
+        tl.store(o_ptr + b64 * sob + f[:, None] * sof + e[None, :] * soe, out, mask=y_mask)
 
 
 class ModelNew(nn.Module):
