@@ -225,6 +225,14 @@ def test_same_bits_is_nan_safe() -> None:
     assert same_bits(a, a.clone())
 
 
+def test_same_bits_on_a_0_dim_output() -> None:
+    # a scalar loss (a fused linear + cross-entropy's mean) once raised "self.dim() cannot be 0 to view"
+    loss = torch.tensor(2.5)
+    assert same_bits(loss, loss.clone())
+    assert not same_bits(loss, torch.tensor(-2.5))
+    assert not same_bits(loss, loss.reshape(1))
+
+
 def test_same_bits_distinguishes_signed_zero() -> None:
     assert torch.equal(torch.tensor([0.0]), torch.tensor([-0.0]))
     assert not same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))

@@ -249,6 +249,41 @@ def test_bf16_rounding_passes_under_the_low_policy(low_pool: EvaluatorPool) -> N
     assert 5e-5 < rel < v.method.tolerance["rel_norm"]
 
 
+# -- a 0-dim output (a loss) ------------------------------------------------------------------------
+
+MSE = r'''
+import torch
+import torch.nn as nn
+from kernelevolve.native import compile_c
+
+_lib = compile_c(r"""
+#include <stdint.h>
+
+/* out[0] = mean((x - y)^2), accumulated in double */
+void mse(const float *x, const float *y, float *out, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i) { double d = (double)x[i] - (double)y[i]; s += d * d; }
+    out[0] = (float)(s / (double)n);
+}
+""")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        out = torch.empty((), dtype=x.dtype)
+        _lib.mse(x.contiguous(), y.contiguous(), out, x.numel())
+        return out
+'''
+
+
+def test_a_kernel_returning_a_0_dim_loss_is_checked_and_timed(tmp_path: Path) -> None:
+    # The harness snapshots and compares outputs bitwise; a 0-dim output once broke that (GPU bench)
+    with EvaluatorPool(load_spec(SPECS / "mse_loss.py"), get_platform("cpu"), settings_for(tmp_path)) as pool:
+        v = pool.evaluate_one(MSE, "mse.py")
+    assert v.status == Status.OK, v.message
+    assert v.correct and v.timed
+
+
 # -- the torch.compile baseline, through jobs.evaluate and the workspace --------------------------
 
 

@@ -124,13 +124,14 @@ def compare(out: Any, ref: Any, tol: Tolerance, what: str = "output") -> Compari
 
 
 def same_bits(a: Any, b: Any) -> bool:
-    """Bitwise equality (NaN-safe) of two tensors of one shape and dtype."""
+    """Bitwise equality (NaN-safe) of two tensors of one shape and dtype, 0-dim ones (a mean loss)
+    included."""
     import torch
 
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.is_floating_point():
+    if a.is_floating_point():  # compared as bytes; reshape(-1) because a 0-dim tensor has no byte view
         return bool(
-            torch.equal(a.detach().contiguous().view(torch.uint8), b.detach().contiguous().view(torch.uint8))
+            torch.equal(a.detach().reshape(-1).view(torch.uint8), b.detach().reshape(-1).view(torch.uint8))
         )
     return bool(torch.equal(a, b))
