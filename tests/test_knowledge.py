@@ -487,6 +487,9 @@ def test_warm_seeds_prefer_the_same_spec_then_the_same_pattern(tmp_path: Path) -
         return run
 
     finished_run(other.fingerprint, "row", "# rmsnorm kernel\n", 2.0)
+    # a better kernel of the same pattern whose forward takes other inputs is no seed (a TypeError)
+    two_inputs = "class ModelNew:\n    def forward(self, x, residual):\n        return x\n"
+    finished_run(other.fingerprint, "row", two_inputs, 3.0)
     seeds = learning.warm_seeds(ws, spec, "cuda", "row", exclude_run="new")
     assert [s.reason for s in seeds] == ["same pattern"] and "fitness 2.00" in seeds[0].note
     finished_run(spec.fingerprint, "row", "# softmax kernel A\n", 1.5)
@@ -496,9 +499,9 @@ def test_warm_seeds_prefer_the_same_spec_then_the_same_pattern(tmp_path: Path) -
     assert learning.warm_seeds(ws, spec, "cpu", "row", exclude_run="new") == []  # other platform
 
     bundle = tmp_path / "share.json"
-    assert export_bundle(ws, bundle)["kernels"] == 3
+    assert export_bundle(ws, bundle)["kernels"] == 4
     ws2 = Workspace.open(tmp_path / "ws2")
-    assert import_bundle(ws2, bundle)["kernels"] == 3
+    assert import_bundle(ws2, bundle)["kernels"] == 4
     assert [s.reason for s in learning.warm_seeds(ws2, spec, "cuda", "row", "new")] == [
         "same spec",
         "same spec",
@@ -506,6 +509,19 @@ def test_warm_seeds_prefer_the_same_spec_then_the_same_pattern(tmp_path: Path) -
     bundle.write_text(bundle.read_text().replace("softmax kernel B", "softmax kernel C"))
     with pytest.raises(Exception, match="does not match its hash"):
         import_bundle(Workspace.open(tmp_path / "ws3"), bundle)
+
+
+def test_forward_arity_reads_the_candidates_forward() -> None:
+    def src(params: str) -> str:
+        return (
+            f"import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self{params}):\n        pass\n"
+        )
+
+    assert learning.forward_arity(src(", x")) == (1, 1)
+    assert learning.forward_arity(src(", x, w, bias=None")) == (2, 3)
+    assert learning.forward_arity(src(", x, *rest")) == (1, None)
+    assert learning.forward_arity("def forward(self, x): pass") is None  # no ModelNew
+    assert learning.forward_arity("class ModelNew(:") is None  # does not parse
 
 
 # -- patterns and diagnosis ------------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -158,11 +159,41 @@ class Seed:
     reason: str  # "same spec" | "same pattern" | "imported"
 
 
+def forward_arity(source: str) -> tuple[int, int | None] | None:
+    """How many inputs `ModelNew.forward` takes: (required, most; None for *args), or None where the
+    source does not say (it does not parse, or defines no such method)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for cls in tree.body:
+        if isinstance(cls, ast.ClassDef) and cls.name == "ModelNew":
+            for fn in cls.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "forward":
+                    params = len(fn.args.posonlyargs) + len(fn.args.args) - 1  # self
+                    most = None if fn.args.vararg else params
+                    return params - len(fn.args.defaults), most
+    return None
+
+
+def _fits(source: str, spec: Any) -> bool:
+    """Whether a kernel written for another spec can be called with this spec's inputs: a warm start
+    across specs of one pattern (a fused FFN block for a linear + cross-entropy) is otherwise a
+    candidate spent on a TypeError."""
+    inputs = next(iter(spec.inputs.values()), None)
+    arity = forward_arity(source)
+    if inputs is None or arity is None:
+        return True  # nothing to go by: the harness will say
+    least, most = arity
+    return least <= len(inputs) and (most is None or len(inputs) <= most)
+
+
 def warm_seeds(
     ws: Workspace, spec: Any, platform: str, pattern: str, exclude_run: str, limit: int = 2
 ) -> list[Seed]:
     """The best earlier kernels for this spec on this platform; if there are none, the best for the
-    same operator pattern (other shapes or specs), at most one of those."""
+    same operator pattern (other shapes or specs) whose forward takes this spec's inputs, at most one
+    of those."""
     same: list[tuple[float, dict[str, Any], dict[str, Any]]] = []
     similar: list[tuple[float, dict[str, Any], dict[str, Any]]] = []
     for run in ws.runs(limit=200):
@@ -189,6 +220,7 @@ def warm_seeds(
     chosen = sorted(same, key=lambda x: -x[0])
     reason = "same spec"
     if not chosen:
+        similar = [x for x in similar if _fits(x[2]["source"], spec)]
         chosen, reason, limit = sorted(similar, key=lambda x: -x[0]), "same pattern", 1
     out, seen = [], set()
     for fitness, run, n in chosen:
@@ -207,5 +239,5 @@ def warm_seeds(
     return out
 
 
-__all__ = ["Seed", "analyze", "beats_parent", "lessons", "phase", "signals", "skill_candidate",
-           "verify_skills", "warm_seeds"]  # fmt: skip
+__all__ = ["Seed", "analyze", "beats_parent", "forward_arity", "lessons", "phase", "signals",
+           "skill_candidate", "verify_skills", "warm_seeds"]  # fmt: skip
