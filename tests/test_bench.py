@@ -14,15 +14,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from kernelevolve.bench import metrics
+from kernelevolve.bench import metrics, runner
 from kernelevolve.bench.results import delivered
-from kernelevolve.bench.runner import discover, track_precision
+from kernelevolve.bench.runner import discover, item_key, track_precision
 from kernelevolve.cli import app
 from kernelevolve.data import REWARD_CAP, reward
+from kernelevolve.knowledge.docs import DOCS_DIR
 from kernelevolve.spec import load_spec
 from kernelevolve.store import Workspace
 
 SPECS = Path(__file__).parent / "specs"
+SAMPLE_SPECS = DOCS_DIR / "samples" / "specs"
 
 
 def _r(name: str, correct: bool, eager: float | None, compile: float | None) -> dict[str, Any]:
@@ -215,6 +217,36 @@ def test_bench_resumes_and_reruns_only_changed_specs(bench_run: dict[str, Any]) 
         assert len(w.runs()) == runs_before + 1
     listing = _invoke(["benches", "list", "--workspace", str(ws), "--json"])
     assert json.loads(listing.stdout)["benches"][0]["done"] == 1
+
+
+def test_bench_reruns_a_spec_whose_samples_changed(
+    bench_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sample added for an op (what fixed attention_causal and rotary) must not leave it cached.
+    ws, args = bench_run["ws"], bench_run["args"]
+    assert _invoke([*args, "--json"]).exit_code == 0  # whatever the earlier tests left, now all done
+    with Workspace.open(ws) as w:
+        runs_before = len(w.runs())
+    monkeypatch.setattr(runner, "item_key", lambda spec: spec.fingerprint + "+new-sample")
+    again = _invoke([*args, "--json"])
+    assert again.exit_code == 0, again.output
+    with Workspace.open(ws) as w:
+        assert len(w.runs()) == runs_before + 1
+
+
+def test_item_key_follows_the_samples_that_compute_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelevolve.knowledge import samples
+
+    spec = load_spec(SAMPLE_SPECS / "softmax.py")
+    key = item_key(spec)
+    assert key.startswith(spec.fingerprint + "+")  # softmax has Triton and C samples
+    found = samples.applicable_samples(spec, "triton")
+    assert found
+    changed = [samples.Sample(found[0].doc_id, "triton", SPECS / "ew_chain.py", found[0].spec)]
+    monkeypatch.setattr(samples, "applicable_samples", lambda spec, kind: changed if kind == "triton" else [])
+    assert item_key(spec) not in (key, spec.fingerprint)  # another source
+    monkeypatch.setattr(samples, "applicable_samples", lambda spec, kind: [])
+    assert item_key(spec) == spec.fingerprint
 
 
 def test_export_trajectories_and_winners(bench_run: dict[str, Any]) -> None:

@@ -288,4 +288,13 @@ def write_bench_report(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     return paths
 
 
-__all__ = ["COLUMNS", "PLOTS", "cell", "header", "plots", "render_html", "render_markdown", "write_bench_report"]
+__all__ = [
+    "COLUMNS",
+    "PLOTS",
+    "cell",
+    "header",
+    "plots",
+    "render_html",
+    "render_markdown",
+    "write_bench_report",
+]

@@ -7,8 +7,9 @@ one after the other, and returns the bench document: options, environment, one r
 
 Resuming: a bench is found again by its key, a hash of the directory and the options that change the
 numbers (track, baselines, synthesizer, budget, policy, platform). Running the same command again
-skips the specs already done (unless their file changed), resumes a run that was interrupted and
-starts the rest. `fresh=True` starts a new bench.
+skips the specs already done, resumes a run that was interrupted and starts the rest. A spec is done
+for its file and for the knowledge base's code samples that compute it (`item_key`): a changed file,
+or a sample added or changed for it since, runs it again. `fresh=True` starts a new bench.
 
 Several devices (`devices=[0, 1, 2, 3]`): one spec per device at a time, each run's evaluator pool on
 its own device; the runs share the workspace (SQLite transactions). A spec's numbers come from one
@@ -175,11 +176,12 @@ def run_bench(
             with Workspace.open(settings.workspace) as ws:
                 run_path = _track_file(ws, bench_id, rel, spec, precision)
             spec = load_spec(run_path)
-        if item["status"] == "done" and item["fingerprint"] == spec.fingerprint and item["result"]:
+        key = item_key(spec)
+        if item["status"] == "done" and item["fingerprint"] == key and item["result"]:
             emit("cached", {**info, "name": spec.name, "result": item["result"]})
             return
-        result = _run_one(jobs, device_settings, search, limits, synth, bench_id, i, rel, run_path, spec, item,
-                          info, emit)  # fmt: skip
+        result = _run_one(jobs, device_settings, search, limits, synth, bench_id, i, rel, run_path, spec, key,
+                          item, info, emit)  # fmt: skip
         if result is not None:
             emit("result", {**info, "name": spec.name, "result": result})
 
@@ -233,20 +235,32 @@ def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settin
         raise errors[0]
 
 
+def item_key(spec: Spec) -> str:
+    """What a spec's result in a bench stands for: its file and the code samples the synthesizers
+    start from for it (a sample added for an op that failed must not leave the failure cached)."""
+    from kernelevolve.knowledge.samples import applicable_samples
+
+    samples = sorted((s.doc_id, s.source) for kind in ("triton", "c") for s in applicable_samples(spec, kind))
+    if not samples:
+        return spec.fingerprint
+    digest = hashlib.sha256(json.dumps(samples).encode()).hexdigest()[:8]
+    return f"{spec.fingerprint}+{digest}"
+
+
 def _run_one(
     jobs: Any, settings: Settings, search: SearchConfig, limits: Limits, synth: SynthConfig, bench_id: str,
-    position: int, rel: str, run_path: Path, spec: Spec, item: dict[str, Any], info: dict[str, Any],
-    emit: Event,
+    position: int, rel: str, run_path: Path, spec: Spec, key: str, item: dict[str, Any],
+    info: dict[str, Any], emit: Event,
 ) -> dict[str, Any] | None:  # fmt: skip
     """Start or resume the spec's run and drive it to its end; its result row (None: not loadable)."""
     precision = spec.precision
-    run_id = item["run_id"] if item["fingerprint"] == spec.fingerprint else None
+    run_id = item["run_id"] if item["fingerprint"] == key else None
     try:
         if run_id is None:
             run_id = jobs.start(run_path, settings, search, limits, synth)
             with Workspace.open(settings.workspace) as ws:
-                ws.put_bench_item(bench_id, rel, position, spec.name, fingerprint=spec.fingerprint,
-                                  run_id=run_id, status="running", error="")  # fmt: skip
+                ws.put_bench_item(bench_id, rel, position, spec.name, fingerprint=key, run_id=run_id,
+                                  status="running", error="")  # fmt: skip
             emit("start", {**info, "name": spec.name, "run_id": run_id})
         else:
             emit("resume", {**info, "name": spec.name, "run_id": run_id})
@@ -265,8 +279,8 @@ def _run_one(
         result = _failed_row(spec.name, rel, run_id, precision, error)
         emit("run_error", {**info, "name": spec.name, "error": error})
     with Workspace.open(settings.workspace) as ws:
-        ws.put_bench_item(bench_id, rel, position, spec.name, fingerprint=spec.fingerprint, run_id=run_id,
-                          status="done", error=error, result=result)  # fmt: skip
+        ws.put_bench_item(bench_id, rel, position, spec.name, fingerprint=key, run_id=run_id, status="done",
+                          error=error, result=result)  # fmt: skip
     return result
 
 
