@@ -171,6 +171,10 @@ def test_bench_json_has_results_and_summary(bench_run: dict[str, Any]) -> None:
     assert "broken on purpose" in doc["load_errors"][0]["error"]
     assert doc["environment"]["torch"] and doc["track"] == "strict" and doc["synthesizer"] == "tuner"
     assert len(r["curve"]) == 2 and r["curve"][-1] > 0
+    # Said before it started: two spec files not done, budget 2 (loading comes later), no model cost.
+    est = doc["estimate"]
+    assert est["candidates"] == 4 and est["usd"] == 0.0 and "offline tuner" in est["basis"]
+    assert "estimate: 4 candidates, no model cost" in res.stderr
 
 
 def test_bench_report_files(bench_run: dict[str, Any]) -> None:

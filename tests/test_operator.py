@@ -15,7 +15,7 @@ from kernelevolve.synth import providers
 from kernelevolve.synth.base import NodeView, Snippet, Task
 from kernelevolve.synth.operator import LLMOperator, extract_code
 from kernelevolve.synth.prompt import estimate_tokens, rules, synthesize
-from kernelevolve.synth.providers.base import Meter, ProviderError
+from kernelevolve.synth.providers.base import Meter, ProviderError, Usage, WorkspaceCap
 from kernelevolve.synth.providers.pricing import Price
 from tests.fakes import FakeTools, ScriptedModel, call, kb_search, register_scripted, text_reply, tool_reply
 
@@ -280,6 +280,29 @@ def test_usd_cap_stops_the_next_call_cleanly(spec: Spec) -> None:
     again = scripted()
     proposal = LLMOperator(again, meter).propose(make_task(spec), FakeTools())
     assert proposal.exhausted and again.sent == [] and proposal.tokens_in == 0
+
+
+def test_workspace_cap_counts_the_other_runs_and_reads_them_live() -> None:
+    spent = {"tokens": 0, "usd": 0.0}
+    reads = []
+
+    def elsewhere() -> tuple[int, float]:
+        reads.append(1)
+        return spent["tokens"], spent["usd"]
+
+    cap = WorkspaceCap(max_usd=1.0, max_tokens=None, elsewhere=elsewhere, refresh_s=0.0)
+    meter = Meter(max_usd=5.0, prices=PRICES, workspace_cap=cap)
+    meter.charge("scripted:fake-1", Usage(tokens_in=100_000, tokens_out=0))  # $0.20 for this run
+    assert meter.exceeded() is None
+    spent["usd"] = 0.85  # another run of the workspace spends meanwhile
+    why = meter.exceeded()
+    assert why is not None and "workspace has spent $1.0500 of its $1.00 cap" in why
+    assert len(reads) == 2  # read again, not remembered from the first check
+
+    tokens = Meter(prices={}, workspace_cap=WorkspaceCap(None, 1000, lambda: (900, 0.0)))
+    assert tokens.exceeded() is None
+    tokens.charge("local-model", Usage(tokens_in=60, tokens_out=40))
+    assert "1000 tokens of its 1000-token cap" in (tokens.exceeded() or "")
 
 
 def test_token_cap_and_unpriced_models(spec: Spec) -> None:

@@ -189,6 +189,39 @@ def test_model_through_the_engine_records_failures_costs_and_stops_at_the_usd_ca
         providers.unregister("scripted")
 
 
+def test_workspace_cap_stops_a_run_on_what_all_runs_spent_and_the_estimate_says_so(tmp_path: Path) -> None:
+    from kernelevolve.config import load_settings
+    from kernelevolve.cost import estimate
+    from kernelevolve.optimize import drive, start
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "prices.toml").write_text('["fake-1"]\ninput = 100.0\noutput = 1000.0\n')  # $0.20 per reply
+    code = f"```python\n{C_SOFTMAX}\n```\n"
+    settings = replace(cpu_settings(tmp_path), workspace=ws, warm_start=False)
+    synth = SynthConfig("scripted:fake-1", single_shot=True)
+    try:
+        _register_script([text_reply(code)] * 2)
+        first = drive(start(SPECS / "softmax.py", settings, SearchConfig(draft=2, parallel=1), Limits(budget=2),
+                            synth), ws)  # fmt: skip
+        assert first["cost_usd"] == pytest.approx(0.4)
+        # The workspace may spend $0.70 in all: another run gets $0.30 of it, whatever its own caps.
+        (ws / "config.toml").write_text("workspace_max_usd = 0.7\n")
+        with Workspace.open(ws) as w:
+            guess = estimate(w, synth, 10, load_settings(ws))
+        assert guess.tokens_in == 10 * 1000 and guess.tokens_out == 10 * 100  # this workspace's history
+        assert guess.usd == pytest.approx(2.0) and guess.workspace_left_usd == pytest.approx(0.3)
+        assert "2 earlier candidates" in guess.line() and "stop at the cap" in guess.line()
+        _register_script([text_reply(code)] * 5)
+        second = drive(start(SPECS / "softmax.py", settings, SearchConfig(draft=5, parallel=1), Limits(budget=5),
+                             synth), ws)  # fmt: skip
+        assert "workspace" in second["stop_reason"] and "$0.70" in second["stop_reason"]
+        # $0.40 + $0.20 is under the cap, so a second call is made; after it ($0.80) nothing more
+        assert second["nodes"] == 2 and second["cost_usd"] == pytest.approx(0.4)
+    finally:
+        providers.unregister("scripted")
+
+
 def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
     from kernelevolve.optimize import start
     from kernelevolve.synth import agent

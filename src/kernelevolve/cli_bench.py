@@ -35,6 +35,7 @@ def _bench_progress() -> Any:
             err.print(
                 f"[bold]bench {data['bench_id']}[/]: {what}, {data['specs']} spec(s) in {escape(data['dir'])}"
             )
+            err.print(f"[dim]{escape(data['estimate_line'])}[/]")
         elif event == "load_error":
             err.print(
                 f"[yellow]{counter} {escape(data['path'])}: skipped, it does not load: {escape(data['error'][:300])}[/]"

@@ -245,6 +245,12 @@ def optimize(
         ).validate()  # fmt: skip
         limits = _limits(budget, wall, max_tokens, max_usd, patience, target)
         synth = SynthConfig(name=llm or "tuner", base_url=base_url, single_shot=single_shot)
+        if synth.is_model:  # what the model will likely cost, before the first call
+            from kernelevolve.cost import estimate
+            from kernelevolve.store import Workspace
+
+            with Workspace.open(settings.workspace) as ws:
+                err.print(f"[dim]{escape(estimate(ws, synth, limits.budget, settings).line())}[/]")
         summary = jobs.optimize(spec, settings, search, limits, synth, on_event=_search_progress(state))
     except KernelevolveError as exc:
         _fail(exc)

@@ -75,6 +75,10 @@ class Settings:
     skills: bool = True
     skills_verify: int = 2
     kb_embedder: str = ""
+    # Cost caps over every run of the workspace together (model synthesizers; a run's own caps are
+    # --max-usd and --max-tokens). A run stops cleanly once the workspace's total reaches either.
+    workspace_max_usd: float | None = None
+    workspace_max_tokens: int | None = None
 
     def validate(self) -> Settings:
         if self.profile not in PROFILE_MODES:
@@ -90,6 +94,10 @@ class Settings:
             self.baselines = ["eager", *self.baselines]
         if self.fitness_baseline not in self.baselines:
             self.fitness_baseline = "eager"
+        for name in ("workspace_max_usd", "workspace_max_tokens"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise WorkspaceError(f"{name} must be positive (or left unset)")
         self.seeds = max(3, self.seeds)
         self.workers = max(0, self.workers)
         self.spares = max(0, self.spares)

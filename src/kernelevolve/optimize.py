@@ -46,14 +46,26 @@ def _context(
     return EngineContext(ws, spec, platform, settings, profile, trusted / "inductor", out_dir, shapes)
 
 
-def _meter(synth: SynthConfig, limits: Limits, workspace: Path, run: dict[str, Any] | None = None) -> Any:
+def _meter(synth: SynthConfig, limits: Limits, workspace: Path, run: dict[str, Any]) -> Any:
+    """The run's meter: its own caps, and the workspace's caps as configured now (config.toml or the
+    environment, not the run's stored settings: a cap lowered during a bench holds for its next runs)."""
     if not synth.is_model:
         return None
-    from kernelevolve.synth.providers.base import Meter
+    from kernelevolve.config import load_settings
+    from kernelevolve.synth.providers.base import Meter, WorkspaceCap
 
-    meter = Meter(max_usd=limits.max_usd, max_tokens=limits.max_tokens, workspace=workspace)
-    if run is not None:  # a resumed run starts with what it already spent
-        meter.preload(tokens=run["tokens_in"] + run["tokens_out"], usd=run["cost_usd"])
+    current = load_settings(workspace)
+
+    def elsewhere() -> tuple[int, float]:
+        with Workspace.open(workspace) as ws:
+            return ws.spend(exclude_run=run["run_id"])
+
+    cap = WorkspaceCap(current.workspace_max_usd, current.workspace_max_tokens, elsewhere)
+    meter = Meter(
+        max_usd=limits.max_usd, max_tokens=limits.max_tokens, workspace=workspace, workspace_cap=cap
+    )
+    # a resumed run starts with what it already spent
+    meter.preload(tokens=run["tokens_in"] + run["tokens_out"], usd=run["cost_usd"])
     return meter
 
 

@@ -40,6 +40,7 @@ from typing import Any
 from kernelevolve.bench.metrics import summarize
 from kernelevolve.bench.results import result_row
 from kernelevolve.config import Settings
+from kernelevolve.cost import estimate
 from kernelevolve.errors import KernelevolveError, SpecError, WorkspaceError
 from kernelevolve.search.limits import Limits
 from kernelevolve.search.policies import SearchConfig
@@ -153,7 +154,12 @@ def run_bench(
             if rel not in items:
                 ws.put_bench_item(bench_id, rel, i, path.stem)
         ws.set_bench_status(bench_id, "running")
-    emit("bench", {"bench_id": bench_id, "specs": len(files), "resumed": resumed, "dir": str(directory)})
+        # What is left to spend: the full budget for every spec not done yet (an upper bound: a run
+        # resumed halfway, or stopped early by patience, spends less).
+        left = sum(1 for rel in rels if items.get(rel, {}).get("status") != "done")
+        cost = estimate(ws, synth, left * limits.budget, settings)
+    emit("bench", {"bench_id": bench_id, "specs": len(files), "resumed": resumed, "dir": str(directory),
+                   "estimate": cost.to_dict(), "estimate_line": cost.line()})  # fmt: skip
 
     def one(i: int, device_settings: Settings) -> None:
         path, rel = files[i], rels[i]
@@ -189,7 +195,7 @@ def run_bench(
 
     with Workspace.open(settings.workspace) as ws:
         ws.set_bench_status(bench_id, "done")
-        return bench_document(ws, bench_id)
+        return {**bench_document(ws, bench_id), "estimate": cost.to_dict()}
 
 
 def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settings,

@@ -109,6 +109,27 @@ class RunsMixin:
             out.append(r)
         return out
 
+    def spend(self, exclude_run: str | None = None) -> tuple[int, float]:
+        """Tokens and USD that the workspace's runs have spent (their totals grow as each node's
+        proposal is recorded), leaving out `exclude_run`: what a workspace-wide cap counts."""
+        row = self._rows(
+            "SELECT coalesce(sum(tokens_in + tokens_out), 0) AS tokens, coalesce(sum(cost_usd), 0) AS usd "
+            "FROM runs WHERE id != ?",
+            (exclude_run or "",),
+        )[0]
+        return int(row["tokens"]), float(row["usd"])
+
+    def synth_usage(self, synthesizer: str) -> tuple[int, int, int]:
+        """(tokens in, tokens out, candidates asked for) over every node a synthesizer proposed in this
+        workspace (warm starts cost nothing and are left out): the history a cost estimate rests on."""
+        row = self._rows(
+            "SELECT coalesce(sum(n.tokens_in), 0) AS tin, coalesce(sum(n.tokens_out), 0) AS tout, "
+            "count(*) AS n FROM nodes n JOIN runs r ON r.id = n.run_id "
+            "WHERE r.synthesizer = ? AND n.mode != 'warm' AND n.state != 'created'",
+            (synthesizer,),
+        )[0]
+        return int(row["tin"]), int(row["tout"]), int(row["n"])
+
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set `status`, `best_node`, `wall_s`, `summary` or `limits` (dicts) of a run."""
         allowed = {"status", "best_node", "wall_s", "summary", "limits"}

@@ -6,7 +6,8 @@ a `Reply` or raises `ProviderError` with a `kind` the operator can act on (retry
 here, with exponential backoff and jitter, before anyone sees them).
 
 `Meter` is the run's accounting: tokens and US dollars over every call of every synthesizer in the
-run, under optional caps. It is shared between threads, so every update takes its lock. A model
+run, under optional caps: the run's own, and the workspace's (`WorkspaceCap`: what every other run of
+the workspace has spent, read live from the store, plus this run). It is shared between threads, so every update takes its lock. A model
 missing from the price table costs 0 and is named in `unpriced`: a run on a local server must not
 crash for want of a price, and a report must not pretend that such a run was free.
 
@@ -331,6 +332,24 @@ def sdk_error(
 # --- accounting --------------------------------------------------------------------------------------
 
 
+@dataclass
+class WorkspaceCap:
+    """A cap on what all the runs of one workspace spend together. `elsewhere()` returns (tokens, USD)
+    spent by the workspace's other runs; it is read at most every `refresh_s` seconds (a store query)."""
+
+    max_usd: float | None
+    max_tokens: int | None
+    elsewhere: Callable[[], tuple[int, float]]
+    refresh_s: float = 2.0
+    _cached: tuple[float, tuple[int, float]] | None = field(default=None, repr=False)
+
+    def spent_elsewhere(self) -> tuple[int, float]:
+        now = time.monotonic()
+        if self._cached is None or now - self._cached[0] >= self.refresh_s:
+            self._cached = (now, self.elsewhere())
+        return self._cached[1]
+
+
 class Meter:
     """Run-wide token and USD accounting with optional caps. Thread-safe.
 
@@ -347,6 +366,7 @@ class Meter:
         max_tokens: int | None = None,
         prices: Mapping[str, Price] | None = None,
         workspace: str | Path | None = None,
+        workspace_cap: WorkspaceCap | None = None,
     ):
         if prices is None:
             from kernelevolve.synth.providers.pricing import load_prices
@@ -354,6 +374,7 @@ class Meter:
             prices = load_prices(workspace)
         self.max_usd = max_usd
         self.max_tokens = max_tokens
+        self.workspace_cap = workspace_cap
         self.prices = dict(prices)
         self._lock = threading.Lock()
         self._usd = 0.0
@@ -388,13 +409,22 @@ class Meter:
         return cost
 
     def exceeded(self) -> str | None:
-        """Which cap is reached ("spent $X of the $Y cap"), or None while under both."""
+        """Which cap is reached ("spent $X of the $Y cap"), or None while under all of them."""
         with self._lock:
-            if self.max_usd is not None and self._usd >= self.max_usd:
-                return f"spent ${self._usd:.4f} of the ${self.max_usd:.2f} cap"
-            total = self._prior_tokens + self._in + self._out
-            if self.max_tokens is not None and total >= self.max_tokens:
-                return f"used {total} tokens of the {self.max_tokens}-token cap"
+            usd, tokens = self._usd, self._prior_tokens + self._in + self._out
+        if self.max_usd is not None and usd >= self.max_usd:
+            return f"spent ${usd:.4f} of the ${self.max_usd:.2f} cap"
+        if self.max_tokens is not None and tokens >= self.max_tokens:
+            return f"used {tokens} tokens of the {self.max_tokens}-token cap"
+        cap = self.workspace_cap
+        if cap is not None and (cap.max_usd is not None or cap.max_tokens is not None):
+            other_tokens, other_usd = cap.spent_elsewhere()  # outside the lock: a store query
+            if cap.max_usd is not None and usd + other_usd >= cap.max_usd:
+                return (f"the workspace has spent ${usd + other_usd:.4f} of its ${cap.max_usd:.2f} cap "
+                        "(workspace_max_usd)")  # fmt: skip
+            if cap.max_tokens is not None and tokens + other_tokens >= cap.max_tokens:
+                return (f"the workspace has used {tokens + other_tokens} tokens of its {cap.max_tokens}-token "
+                        "cap (workspace_max_tokens)")  # fmt: skip
         return None
 
     @property
@@ -450,6 +480,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "WorkspaceCap",
     "backoff_delay",
     "kind_for_status",
     "parse_retry_after",
