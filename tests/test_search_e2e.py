@@ -222,6 +222,42 @@ def test_workspace_cap_stops_a_run_on_what_all_runs_spent_and_the_estimate_says_
         providers.unregister("scripted")
 
 
+def test_a_model_endpoint_down_for_minutes_spends_no_budget_and_the_run_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelevolve.optimize import drive, start
+    from kernelevolve.search import engine
+    from kernelevolve.synth.providers.base import ProviderError
+
+    monkeypatch.setattr(engine, "OUTAGE_WAIT_S", (0.2,))  # pauses of seconds to minutes, shortened
+    ws = tmp_path / "ws"
+    # "minutes" at test scale: the endpoint is down for longer than the run's outage limit of 2 s
+    settings = replace(cpu_settings(tmp_path), workspace=ws, warm_start=False, provider_outage_s=2.0)
+    down = ProviderError("server", "scripted:fake-1: 503 Service Unavailable (after 4 retries)")
+    synth = SynthConfig("scripted:fake-1", single_shot=True)
+    try:
+        _register_script([down] * 100)
+        run_id = start(
+            SPECS / "softmax.py", settings, SearchConfig(draft=3, parallel=1), Limits(budget=3), synth
+        )
+        first = drive(run_id, ws)
+        assert "model endpoint has failed" in first["stop_reason"] and "503" in first["stop_reason"]
+        with Workspace.open(ws) as w:
+            statuses = [n["status"] for n in w.nodes(run_id)]
+        assert len(statuses) >= 5 and set(statuses) == {"unavailable"}  # it kept trying, for free
+        assert first["nodes_evaluated"] == 0 and first["best_node"] is None
+
+        _register_script([text_reply(f"```python\n{C_SOFTMAX}\n```\n")] * 3)  # the endpoint is back
+        second = drive(run_id, ws)
+        with Workspace.open(ws) as w:
+            nodes = w.nodes(run_id)
+        paid = [n for n in nodes if n["status"] != "unavailable"]
+        assert "candidate budget reached (3/3)" in second["stop_reason"]
+        assert len(paid) == 3 and all(n["status"] == "ok" for n in paid)  # the whole budget, once
+    finally:
+        providers.unregister("scripted")
+
+
 def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
     from kernelevolve.optimize import start
     from kernelevolve.synth import agent

@@ -39,8 +39,11 @@ def _search_progress(state: dict[str, Any] | None = None) -> Any:
         elif event == "synthesize":
             parents = ", ".join(map(str, data["parents"])) or "none"
             err.print(f"[dim]node {data['node']}: {data['mode']} (parents: {parents})[/]")
+        elif event == "outage":
+            err.print(f"[yellow]node {data['node']}: the model endpoint failed (no candidate spent); "
+                      f"trying again in {data['wait_s']:.0f} s[/]")  # fmt: skip
         elif event == "failed":
-            colour = "yellow" if data["status"] == "exhausted" else "red"
+            colour = "yellow" if data["status"] in ("exhausted", "unavailable") else "red"
             err.print(
                 f"[{colour}]node {data['node']}: no candidate ({data['status']}): {escape(data['error'][:300])}[/]"
             )

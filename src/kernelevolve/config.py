@@ -79,6 +79,9 @@ class Settings:
     # --max-usd and --max-tokens). A run stops cleanly once the workspace's total reaches either.
     workspace_max_usd: float | None = None
     workspace_max_tokens: int | None = None
+    # A model endpoint that fails (after each call's retries) costs no candidates; the run pauses
+    # between tries and stops, resumable, once it has failed for this long.
+    provider_outage_s: float = 900.0
 
     def validate(self) -> Settings:
         if self.profile not in PROFILE_MODES:

@@ -54,7 +54,9 @@ from kernelevolve.store import Workspace
 from kernelevolve.synth.base import Proposal, Synthesizer, Task
 
 Event = Callable[[str, dict[str, Any]], None]
-FAILED_SYNTH = ("exhausted", "synth_error")
+# Statuses of nodes that cost no candidate: the synthesizer declined, or the model endpoint was down.
+FREE = ("exhausted", "unavailable")
+OUTAGE_WAIT_S = (5.0, 15.0, 30.0, 60.0)  # pauses after consecutive unavailable nodes, the last repeated
 MAX_REMEASURE = 4  # distinct winners re-measured at the end
 KNOWLEDGE_DOCS = 4  # documents retrieved into each task
 
@@ -95,6 +97,9 @@ class Engine:
         self._stop = threading.Event()  # a limit was reached: start nothing new, finish what runs
         self._abort = threading.Event()  # interrupted: leave unstarted work for `resume`
         self._exhausted_streak = 0
+        self._outage: tuple[float, int, str] | None = (
+            None  # (since, nodes, last error) while the model is down
+        )
         self._profiled = 0  # new bests profiled in this process (settings.profile_budget)
         self._best: int | None = None
         self._prior_wall = float(self.ws.run(run_id)["wall_s"] or 0.0)
@@ -192,7 +197,7 @@ class Engine:
     def stop_reason(self) -> str | None:
         tree = self.tree()
         run = self.ws.run(self.run_id)
-        spent = sum(1 for n in tree.nodes.values() if n.status != "exhausted")
+        spent = sum(1 for n in tree.nodes.values() if n.status not in FREE)
         best = tree.best(self.search.min_gain)
         why = stop_reason(
             self.limits, spent=spent, wall_s=self.wall_s(), tokens=run["tokens_in"] + run["tokens_out"],
@@ -203,6 +208,10 @@ class Engine:
             return why
         if self.meter is not None and (cap := self.meter.exceeded()):
             return cap
+        outage = self._outage
+        if outage is not None and time.monotonic() - outage[0] >= self.ctx.settings.provider_outage_s:
+            return (f"the model endpoint has failed for {time.monotonic() - outage[0]:.0f} s ({outage[1]} tries; "
+                    f"last: {outage[2][:200]}); `kernelevolve resume {self.run_id}` continues once it answers")  # fmt: skip
         if self._exhausted_streak >= max(4, 2 * self.search.parallel):
             return f"{self.synth.name} has nothing new to try ({self._exhausted_streak} declined expansions in a row)"
         return None
@@ -286,9 +295,15 @@ class Engine:
         except Exception as exc:  # a synthesizer bug must not end the run: the node records it
             proposal = Proposal(source=None, error=f"{self.synth.name} failed: {type(exc).__name__}: {exc}")
         synth_s = time.perf_counter() - start
-        status = (
-            None if proposal.source is not None else ("exhausted" if proposal.exhausted else "synth_error")
-        )
+        status = None
+        if proposal.source is None:
+            status = (
+                "exhausted"
+                if proposal.exhausted
+                else "unavailable"
+                if proposal.unavailable
+                else "synth_error"
+            )
         kind = None
         if proposal.source is not None:
             kinds = check_source(proposal.source, accepted_kinds=()).kinds
@@ -299,8 +314,18 @@ class Engine:
             actions=proposal.actions, tokens_in=proposal.tokens_in, tokens_out=proposal.tokens_out,
             cost_usd=proposal.cost_usd, synth_s=synth_s, status=status,
         )  # fmt: skip
+        wait = 0.0
         with self._lock:
             self._exhausted_streak = self._exhausted_streak + 1 if status == "exhausted" else 0
+            if status != "unavailable":
+                self._outage = None
+            else:  # the endpoint is down: no budget spent; wait longer each time, up to a limit (stop_reason)
+                since, tries = self._outage[:2] if self._outage else (time.monotonic(), 0)
+                self._outage = (since, tries + 1, proposal.error or "")
+                wait = OUTAGE_WAIT_S[min(tries, len(OUTAGE_WAIT_S) - 1)]
+        if status == "unavailable":
+            self.emit("outage", {"node": node_id, "error": proposal.error or "", "wait_s": wait})
+            self._abort.wait(wait)  # an interrupt ends the pause at once
         if proposal.source is None:
             self.emit("failed", {"node": node_id, "status": status, "error": proposal.error or ""})
             return None
@@ -369,7 +394,7 @@ class Engine:
     def best_info(self) -> dict[str, Any]:
         tree = self.tree()
         best = tree.best(self.search.min_gain)
-        spent = sum(1 for n in tree.nodes.values() if n.status != "exhausted")
+        spent = sum(1 for n in tree.nodes.values() if n.status not in FREE)
         info = {"evaluated": len(tree.evaluated()), "spent": spent, "budget": self.limits.budget}
         if best is None:
             return info | {"node": None}

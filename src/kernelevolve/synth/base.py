@@ -104,6 +104,7 @@ class Proposal:
     tokens_out: int = 0
     cost_usd: float = 0.0
     exhausted: bool = False  # the synthesizer has nothing more to offer for this run
+    unavailable: bool = False  # the model endpoint kept failing (after retries): no candidate budget spent
 
 
 class Tools(Protocol):

@@ -51,6 +51,7 @@ from kernelevolve.synth.prompt import (
     visible_files,
 )
 from kernelevolve.synth.providers.base import (
+    RETRYABLE,
     ChatModel,
     Message,
     Meter,
@@ -154,6 +155,7 @@ class _Run:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    outage: bool = False  # a call failed for a retryable reason (server, timeout, rate limit)
 
     def call(self, messages: list[Message], tools: list[ToolSpec] | None, max_tokens: int) -> Reply | str:
         """The model's reply, or an error string (budget cap or provider fault)."""
@@ -163,6 +165,7 @@ class _Run:
         try:
             reply = self.model.complete(messages, tools=tools, max_tokens=max_tokens)
         except ProviderError as exc:
+            self.outage = exc.kind in RETRYABLE  # retried already: the endpoint is down, not the request bad
             return f"{self.model.name}: {exc.kind}: {exc.message}"
         self.tokens_in += reply.usage.tokens_in
         self.tokens_out += reply.usage.tokens_out
@@ -194,6 +197,7 @@ class _Run:
             tokens_out=self.tokens_out,
             cost_usd=self.cost_usd,
             exhausted=bool(error and error.startswith("budget cap reached")),
+            unavailable=source is None and self.outage,
         )
 
     def refusal(self, source: str) -> str | None:
