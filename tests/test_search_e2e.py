@@ -254,6 +254,10 @@ def test_a_model_endpoint_down_for_minutes_spends_no_budget_and_the_run_resumes(
         paid = [n for n in nodes if n["status"] != "unavailable"]
         assert "candidate budget reached (3/3)" in second["stop_reason"]
         assert len(paid) == 3 and all(n["status"] == "ok" for n in paid)  # the whole budget, once
+        from kernelevolve.data import trajectories
+
+        with Workspace.open(ws) as w:  # training data holds the model's steps, not the outage
+            assert [t["status"] for t in trajectories(w, [run_id])] == ["ok"] * 3
     finally:
         providers.unregister("scripted")
 

@@ -1,6 +1,7 @@
 """Data out of the workspace for training: trajectories (every step of a search) and winners.
 
-`trajectories(ws, run_ids)` yields one JSON-able record per node of each run, in creation order:
+`trajectories(ws, run_ids)` yields one JSON-able record per node of each run, in creation order
+(nodes the model never answered, its endpoint down, left out):
 the problem (spec name, source, platform, device), the step (node, parents, memory mode, the
 synthesizer's prompt and response, its tool calls for a model, the candidate's source), and the
 harness's answer (status, correctness, speedups, diagnosis, the node's analysis) with a `reward`.
@@ -53,6 +54,8 @@ def trajectories(ws: Workspace, run_ids: Iterable[str]) -> Iterator[dict[str, An
         summary = run.get("summary") or {}
         baseline = summary.get("baseline") or run["config"].get("settings", {}).get("fitness_baseline")
         for n in ws.nodes(run["run_id"], text=True):
+            if n["status"] == "unavailable":  # the model endpoint was down: no step the model took
+                continue
             verdict = n.get("verdict") or {}
             yield {
                 "run_id": run["run_id"], "spec": spec["name"], "spec_fingerprint": spec["fingerprint"],
