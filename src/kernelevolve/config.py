@@ -51,6 +51,8 @@ class Settings:
     run_timeout_s: float = 180.0
     prepare_timeout_s: float = 900.0
     memory_limit_gb: float = 16.0
+    sandbox_network: bool = True  # the worker in its own empty network namespace (Linux; SECURITY.md)
+    sandbox_filesystem: bool = True  # the worker writes only in its own directory (Linux Landlock)
     gpu_memory_fraction: float | None = None  # None: 0.9 / (worker processes on the device)
     # Pool: candidates evaluated at once, and warm workers kept prepared ahead of need.
     workers: int = 0  # 0: auto (2 on a GPU, 1 on the CPU)

@@ -2,9 +2,10 @@
 
 A worker is spawned (never forked: the engine may have touched CUDA) as
 `python -m kernelevolve.evaluate.worker` in its own process group and its own temporary directory,
-with a scrubbed environment, private compile caches, and its stdout/stderr in a log file. The
-torch.compile cache it starts from is a copy of a trusted one, written only by workers that had no
-candidate loaded, so no candidate can slow down the baselines of later candidates by poisoning it.
+with a scrubbed environment, private compile caches, and its stdout/stderr in a log file; it is told
+that directory (`--workdir`): once confined (`sandbox.py`), it writes nowhere else but leases and /dev.
+The torch.compile cache it starts from is a copy of a trusted one, written only by workers that had
+no candidate loaded, so no candidate can slow down the baselines of later candidates by poisoning it.
 
 Every way a worker can end is turned into a value: a `result` message, a `timeout` (the phase it was
 in and the limit), a `crash` (exit code or signal, the end of its log), or an `oom` (killed by the
@@ -108,6 +109,12 @@ class WorkerHandle:
         ]  # fmt: skip
         if self.platform.exclusive:
             argv += ["--lease", f"{self.platform.name}-{self.device_index}"]
+        # The sandbox's own layers (sandbox.confine): writes only beneath this directory, no network.
+        argv += ["--workdir", str(self.dir)]
+        if not s.sandbox_network:
+            argv.append("--no-netns")
+        if not s.sandbox_filesystem:
+            argv.append("--no-landlock")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 argv,
@@ -160,17 +167,28 @@ class WorkerHandle:
             if msg is None:
                 self.ready_error = HarnessError(
                     "a worker died while preparing: " + self._exit_description(),
-                    hint="its log ends with:\n" + self.log_tail(),
+                    hint=self._sandbox_hint() + "its log ends with:\n" + self.log_tail(),
                 )
             elif msg["op"] == "prep_error" and msg.get("kind") == "spec":
                 self.ready_error = SpecError(msg["message"])
             elif msg["op"] == "prep_error":
                 self.ready_error = HarnessError(
-                    "a worker failed to prepare: " + msg["message"], hint=msg.get("traceback", "")[-2000:]
+                    "a worker failed to prepare: " + msg["message"],
+                    hint=self._sandbox_hint() + msg.get("traceback", "")[-2000:],
                 )
             else:
                 self.info, self.notes = msg.get("info"), msg.get("notes", [])
         self._ready.set()
+
+    def _sandbox_hint(self) -> str:
+        """Device start-up inside the sandbox is not yet verified on a GPU: say how to rule it out."""
+        s = self.settings
+        if not (s.sandbox_network or s.sandbox_filesystem):
+            return ""
+        return (
+            "if the device failed to initialize, the worker's sandbox may be the cause: try the settings "
+            "sandbox_network = false and/or sandbox_filesystem = false (see SECURITY.md)\n"
+        )
 
     def wait_ready(self, timeout: float | None = None) -> dict[str, Any]:
         if not self._ready.wait(timeout):

@@ -1,7 +1,8 @@
 """The worker process: one per candidate, spawned fresh, prepared before the candidate exists.
 
 Life of a worker (`python -m kernelevolve.evaluate.worker`):
-1. limit itself (memory, CPU time, file size; see `sandbox.py`), then import torch and take its device;
+1. confine itself (no network, writes only in its own directory) and limit itself (memory, CPU time,
+   file size; see `sandbox.py`), then import torch and take its device;
 2. on `prepare`: load the spec, build the reference per shape, compute the reference's outputs (and
    gradients) for every correctness trial, compile the torch.compile baseline and warm it, count
    FLOPs and bytes for the roofline, install the launch counter. All of this happens before any
@@ -12,7 +13,8 @@ Life of a worker (`python -m kernelevolve.evaluate.worker`):
 4. exit without running the candidate's atexit handlers or destructors (`os._exit`).
 
 A worker never evaluates a second candidate: whatever the first did to the process dies with it.
-Threat model: see `sandbox.py` (process limits), `guards.py` and `runtime.py` (what a candidate may do).
+Threat model: see `sandbox.py` (network, writes, process limits), `guards.py` and `runtime.py` (what a
+candidate may do).
 """
 
 from __future__ import annotations
@@ -275,15 +277,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpu-seconds", type=int, required=True)
     parser.add_argument("--file-bytes", type=int, default=4 * 2**30)
     parser.add_argument("--lease", default=None, help="take this device lease before anything else")
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="the worker's own directory: it may write there"
+    )
+    parser.add_argument("--no-netns", action="store_true", help="keep the network (sandbox_network = false)")
+    parser.add_argument(
+        "--no-landlock", action="store_true", help="write anywhere (sandbox_filesystem = false)"
+    )
     args = parser.parse_args(argv)
     lease = None
     if args.lease:  # first: even importing torch would disturb a timing running beside us
         from kernelevolve.evaluate.lease import DeviceLease
 
         lease = DeviceLease(args.lease).acquire()
-    from kernelevolve.evaluate.sandbox import apply_limits
+    from kernelevolve.evaluate.sandbox import apply_limits, confine
 
-    notes = apply_limits(args.memory_bytes, args.cpu_seconds, args.file_bytes)
+    # Next, while this process is one thread and before torch is imported: the network namespace and
+    # the write rules bind only the calling thread and what it starts afterwards.
+    notes = confine(args.workdir, network=not args.no_netns, filesystem=not args.no_landlock)
+    notes += apply_limits(args.memory_bytes, args.cpu_seconds, args.file_bytes)
     faulthandler.enable(all_threads=True)
     for fd in (args.cmd_fd, args.res_fd):  # programs a candidate might exec never hold our channel
         os.set_inheritable(fd, False)

@@ -1,0 +1,386 @@
+"""The worker's OS-level sandbox (`sandbox.confine`): no network, and writes only in its own directory.
+
+The static guards refuse native source that calls socket(), connect() or open(), so the candidates
+here run with the static guards off: what is tested is the OS layer behind them. Every trick is shown
+to fail with its layer on and to succeed with that layer switched off by its setting (the control: a
+stub sandbox cannot pass). The bare set-up is also run in a fresh interpreter, as this user and as an
+unprivileged one (the user-namespace route), and with the OS refusing both layers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelevolve.evaluate import EvaluatorPool, Status, Verdict
+from kernelevolve.platforms import get_platform
+from kernelevolve.spec import load_spec
+from tests.conftest import SPECS, cpu_settings
+from tests.cpu_candidates import HONEST, candidate
+
+pytestmark = pytest.mark.slow
+
+SRC = Path(__file__).parent.parent / "src"
+
+
+def _netns_missing() -> str | None:
+    """Why this machine cannot give a process its own network namespace (probed in a child, without
+    the code under test), or None."""
+    if sys.platform != "linux":
+        return "network namespaces need Linux"
+    code = (
+        "import ctypes, os, sys\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "flags = 0x40000000 if os.geteuid() == 0 else 0x50000000  # NEWNET, or NEWUSER | NEWNET\n"
+        "sys.exit(0 if libc.unshare(flags) == 0 else ctypes.get_errno())\n"
+    )
+    rc = subprocess.run([sys.executable, "-c", code], check=False).returncode
+    return (
+        None
+        if rc == 0
+        else f"no network namespace for this user here (unshare: {errno.errorcode.get(rc, rc)})"
+    )
+
+
+def _landlock_missing() -> str | None:
+    """Why this kernel has no Landlock (the version query changes nothing), or None."""
+    if sys.platform != "linux":
+        return "Landlock needs Linux"
+    libc = ctypes.CDLL(None, use_errno=True)
+    abi = libc.syscall(ctypes.c_long(444), None, ctypes.c_long(0), ctypes.c_long(1))
+    return None if abi > 0 else f"no Landlock in this kernel ({errno.errorcode.get(ctypes.get_errno())})"
+
+
+NETNS_MISSING, LANDLOCK_MISSING = _netns_missing(), _landlock_missing()
+needs_netns = pytest.mark.skipif(NETNS_MISSING is not None, reason=NETNS_MISSING or "")
+needs_landlock = pytest.mark.skipif(LANDLOCK_MISSING is not None, reason=LANDLOCK_MISSING or "")
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP port listening on this process's 127.0.0.1 (connections complete in the backlog)."""
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as server:
+        yield server.getsockname()[1]
+
+
+# -- a candidate's native code, in a real worker -----------------------------------------------------
+
+TRICKS_C = r"""
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* 0 if a TCP connection to 127.0.0.1:port was made, else -errno */
+int64_t try_connect(int64_t port) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) return -errno;
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int rc = connect(s, (struct sockaddr *)&a, sizeof a);
+    int err = errno;
+    close(s);
+    return rc == 0 ? 0 : -err;
+}
+
+/* 0 if TARGET was created and written, else -errno */
+int64_t try_write(void) {
+    int fd = open(TARGET, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return -errno;
+    int64_t n = write(fd, "escaped", 7);
+    int err = errno;
+    close(fd);
+    return n == 7 ? 0 : -err;
+}
+"""
+
+TRICKS_FORWARD = """
+    def forward(self, x):
+        raise RuntimeError(f"CONNECT={_tricks.try_connect(PORT)} WRITE={_tricks.try_write()} END")
+"""
+
+
+def _tricks(port: int, target: Path) -> str:
+    source = f'#define TARGET "{target}"\n{TRICKS_C}'
+    return candidate(TRICKS_FORWARD, prelude=f'_tricks = compile_c(r"""{source}""")\nPORT = {port}')
+
+
+def _evaluate(tmp: Path, sources: list[str], **overrides: object) -> list[Verdict]:
+    """Each source in its own fresh worker of a real pool, static guards off."""
+    settings = cpu_settings(tmp, spares=0, compile_timeout_s=60, run_timeout_s=20, **overrides)
+    with EvaluatorPool(
+        load_spec(SPECS / "softmax.py"), get_platform("cpu"), settings, static_guards=False
+    ) as pool:
+        return [pool.evaluate_one(src, f"candidate_{i}.py") for i, src in enumerate(sources)]
+
+
+def _outcome(v: Verdict) -> tuple[int, int]:
+    """(connect, write) as the candidate's C code saw them: 0, or -errno."""
+    assert v.status == Status.RUNTIME_ERROR, v.message
+    m = re.search(r"CONNECT=(-?\d+) WRITE=(-?\d+) END", v.message)
+    assert m is not None, v.message
+    return int(m[1]), int(m[2])
+
+
+def _assert_evaluated(v: Verdict) -> None:
+    """Checked and timed to the end. `suspicious` is accepted: on a loaded machine the eager
+    baseline's timing can balloon past the plausibility bound, which says nothing about the sandbox."""
+    assert v.status in (Status.OK, Status.SUSPICIOUS) and v.correct and v.timed, v.message
+
+
+def _sandbox_notes(v: Verdict) -> list[str]:
+    assert v.method is not None
+    return [n for n in v.method.notes if any(w in n for w in ("network", "Landlock", "can write"))]
+
+
+@needs_netns
+@needs_landlock
+def test_native_code_in_a_worker_reaches_no_network_and_writes_nothing_outside(
+    tmp_path: Path, listener: int
+) -> None:
+    target = tmp_path / "outside" / "escaped.txt"
+    target.parent.mkdir()
+    honest, tricks = _evaluate(tmp_path, [HONEST, _tricks(listener, target)])
+    _assert_evaluated(honest)  # the whole evaluation works inside the sandbox
+    assert _sandbox_notes(honest) == []  # both layers are on, and nothing says otherwise
+    connect, write = _outcome(tricks)
+    assert connect == -errno.ENETUNREACH  # in its own namespace, 127.0.0.1 is not the test's
+    assert write == -errno.EACCES
+    assert not target.exists()
+
+
+@needs_landlock
+def test_sandbox_network_false_switches_the_namespace_off(tmp_path: Path, listener: int) -> None:
+    target = tmp_path / "outside" / "escaped.txt"
+    target.parent.mkdir()
+    (v,) = _evaluate(tmp_path, [_tricks(listener, target)], sandbox_network=False)
+    assert _outcome(v) == (0, -errno.EACCES)  # the connection is made; writes stay confined
+    assert not target.exists()
+
+
+@needs_netns
+def test_sandbox_filesystem_false_switches_landlock_off(tmp_path: Path, listener: int) -> None:
+    target = tmp_path / "outside" / "escaped.txt"
+    target.parent.mkdir()
+    (v,) = _evaluate(tmp_path, [_tricks(listener, target)], sandbox_filesystem=False)
+    assert _outcome(v) == (-errno.ENETUNREACH, 0)  # the write lands; the network stays out of reach
+    assert target.read_text() == "escaped"
+
+
+REFUSING_OS = '''
+"""Loaded by every worker of one test: the OS refuses both sandbox layers (as without user
+namespaces and without Landlock)."""
+import ctypes
+import errno
+
+import kernelevolve.evaluate.sandbox as sandbox
+
+
+class RefusingLibc:
+    def __init__(self, real):
+        self.real = real
+
+    def unshare(self, flags):
+        ctypes.set_errno(errno.EPERM)
+        return -1
+
+    def syscall(self, number, *args):
+        if number.value in (444, 445, 446):  # landlock_*
+            ctypes.set_errno(errno.ENOSYS)
+            return -1
+        return self.real.syscall(number, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+_real_libc = sandbox._libc
+sandbox._libc = lambda: RefusingLibc(_real_libc())
+'''
+
+
+def test_a_worker_the_os_refuses_both_layers_still_runs_and_says_so(
+    tmp_path: Path, listener: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(REFUSING_OS)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p)
+    )
+    target = tmp_path / "outside" / "escaped.txt"
+    target.parent.mkdir()
+    honest, tricks = _evaluate(tmp_path, [HONEST, _tricks(listener, target)])
+    _assert_evaluated(honest)
+    notes = _sandbox_notes(honest)
+    assert any("network namespace unavailable (EPERM)" in n for n in notes), notes
+    assert any("Landlock unavailable (not built into this kernel)" in n for n in notes), notes
+    assert _outcome(tricks) == (0, 0)  # really without the layers: the notes are not just words
+    assert target.read_text() == "escaped"
+
+
+# -- the bare set-up, in a fresh interpreter ---------------------------------------------------------
+
+PROBE = r"""
+import errno, json, os, socket, subprocess, sys, threading
+from pathlib import Path
+from kernelevolve.evaluate.sandbox import confine
+
+workdir, outside, port = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+if sys.argv[6] == "1":  # a thread that exists before the set-up
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+notes = confine(workdir, network=sys.argv[4] == "1", filesystem=sys.argv[5] == "1")
+out = {"notes": notes, "ids": [os.getuid(), os.getgid()]}
+
+def attempt(key, action):
+    try:
+        action()
+        out[key] = "ok"
+    except OSError as exc:
+        out[key] = errno.errorcode.get(exc.errno, str(exc))
+
+attempt("connect", lambda: socket.create_connection(("127.0.0.1", port), timeout=5).close())
+attempt("write", lambda: (outside / "escaped.txt").write_text("escaped"))
+attempt("inside", lambda: (workdir / "tmp.txt").write_text("fine"))
+attempt("mkdir", lambda: (outside / "newdir").mkdir())
+# A thread started after the set-up, and a program it runs (as a compiler would be), are bound too.
+thread = threading.Thread(target=attempt, args=("thread", lambda: (outside / "thread.txt").write_text("x")))
+thread.start()
+thread.join()
+rc = subprocess.run(["sh", "-c", 'echo x > "$0"', str(outside / "child.txt")], stderr=subprocess.DEVNULL)
+out["child"] = "ok" if rc.returncode == 0 else "refused"
+print(json.dumps(out))
+"""
+
+
+def _probe(
+    workdir: Path,
+    outside: Path,
+    port: int,
+    network: bool = True,
+    filesystem: bool = True,
+    early_thread: bool = False,
+    python: str = sys.executable,
+    preexec: Callable[[], None] | None = None,
+) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(SRC)
+    env["KERNELEVOLVE_LEASE_DIR"] = str(workdir / "leases")
+    argv = [python, "-c", PROBE, str(workdir), str(outside), str(port)]
+    argv += [str(int(network)), str(int(filesystem)), str(int(early_thread))]
+    done = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=60, check=False, preexec_fn=preexec
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def _dirs(root: Path) -> tuple[Path, Path]:
+    workdir, outside = root / "worker", root / "outside"
+    workdir.mkdir()
+    outside.mkdir()
+    return workdir, outside
+
+
+@needs_netns
+@needs_landlock
+def test_confine_cuts_the_network_and_confines_writes(tmp_path: Path, listener: int) -> None:
+    workdir, outside = _dirs(tmp_path)
+    out = _probe(workdir, outside, listener)
+    assert out["notes"] == []
+    assert out["connect"] == "ENETUNREACH"
+    assert (out["write"], out["mkdir"], out["thread"], out["child"]) == (
+        "EACCES",
+        "EACCES",
+        "EACCES",
+        "refused",
+    )
+    assert out["inside"] == "ok"
+    assert list(outside.iterdir()) == []
+
+
+def test_confine_switched_off_is_the_control(tmp_path: Path, listener: int) -> None:
+    """The same attempts, with both layers off, all succeed: the probe can tell."""
+    workdir, outside = _dirs(tmp_path)
+    out = _probe(workdir, outside, listener, network=False, filesystem=False)
+    assert (out["connect"], out["write"], out["mkdir"], out["thread"], out["child"]) == ("ok",) * 5
+    notes = out["notes"]
+    assert isinstance(notes, list) and len(notes) == 2
+    assert "sandbox_network = false" in notes[0] and "sandbox_filesystem = false" in notes[1]
+
+
+def test_confine_after_a_thread_exists_applies_nothing_and_says_so(tmp_path: Path, listener: int) -> None:
+    """A namespace or Landlock domain entered by one thread would not bind the others: refuse, and say so."""
+    workdir, outside = _dirs(tmp_path)
+    out = _probe(workdir, outside, listener, early_thread=True)
+    notes = out["notes"]
+    assert isinstance(notes, list) and len(notes) == 2 and all("already runs threads" in n for n in notes)
+    assert (out["connect"], out["write"]) == ("ok", "ok")
+
+
+def _unprivileged_python() -> str | None:
+    """An interpreter user 65534 can run (this venv's may live under root's home), or None."""
+    for python in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
+        try:
+            ok = subprocess.run(
+                [python, "-c", "import ctypes, json, socket"],
+                preexec_fn=_become_nobody,
+                capture_output=True,
+                check=False,
+            )
+        except OSError:
+            continue
+        if ok.returncode == 0:
+            return python
+    return None
+
+
+def _become_nobody() -> None:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+@needs_landlock
+def test_confine_as_an_unprivileged_user_goes_through_a_user_namespace(listener: int) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("not root: the other tests already take the unprivileged (user-namespace) route")
+    python = _unprivileged_python()
+    if python is None:
+        pytest.skip("no Python interpreter that user 65534 can run")
+    root = Path(tempfile.mkdtemp(prefix="kernelevolve-sandbox-test-"))  # reachable by user 65534
+    try:
+        root.chmod(0o777)
+        workdir, outside = _dirs(root)
+        workdir.chmod(0o777)
+        outside.chmod(0o777)
+        control = _probe(workdir, outside, listener, False, False, python=python, preexec=_become_nobody)
+        assert (control["connect"], control["write"]) == ("ok", "ok")
+        (outside / "escaped.txt").unlink()
+        out = _probe(workdir, outside, listener, python=python, preexec=_become_nobody)
+        if out["notes"] and "network namespace unavailable" in str(out["notes"]):
+            pytest.skip(f"no user namespaces for an unprivileged user here: {out['notes']}")
+        assert out["notes"] == []
+        assert out["ids"] == [65534, 65534]  # the user namespace maps the ids to themselves
+        assert out["connect"] == "ENETUNREACH" and out["write"] == "EACCES" and out["inside"] == "ok"
+        assert not (outside / "escaped.txt").exists()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
