@@ -1,6 +1,6 @@
 """What a job will cost, said before it starts.
 
-`estimate(ws, synth, candidates)` gives the tokens and US dollars that asking `synth` for `candidates`
+`estimate(ws, synth, candidates, settings)` gives the tokens and US dollars that asking `synth` for `candidates`
 candidates is likely to spend. Tokens per candidate come from this workspace's own history with the
 same synthesizer (every node it proposed, warm starts left out); without history, from a stated
 default (`DEFAULT_TOKENS_PER_CANDIDATE`, a tool-loop expansion with retrieved documents). Dollars come

@@ -75,6 +75,11 @@ class EngineContext:
     shapes: list[str] | None = None  # evaluate only these spec shapes (tuning one shape)
 
 
+def _spent(tree: Tree) -> int:
+    """Candidates the budget has paid for: every node but the free ones."""
+    return sum(1 for n in tree.nodes.values() if n.status not in FREE)
+
+
 class Engine:
     def __init__(
         self,
@@ -97,9 +102,8 @@ class Engine:
         self._stop = threading.Event()  # a limit was reached: start nothing new, finish what runs
         self._abort = threading.Event()  # interrupted: leave unstarted work for `resume`
         self._exhausted_streak = 0
-        self._outage: tuple[float, int, str] | None = (
-            None  # (since, nodes, last error) while the model is down
-        )
+        # While the model endpoint is down: (since, unavailable nodes, the last error)
+        self._outage: tuple[float, int, str] | None = None
         self._profiled = 0  # new bests profiled in this process (settings.profile_budget)
         self._best: int | None = None
         self._prior_wall = float(self.ws.run(run_id)["wall_s"] or 0.0)
@@ -197,7 +201,7 @@ class Engine:
     def stop_reason(self) -> str | None:
         tree = self.tree()
         run = self.ws.run(self.run_id)
-        spent = sum(1 for n in tree.nodes.values() if n.status not in FREE)
+        spent = _spent(tree)
         best = tree.best(self.search.min_gain)
         why = stop_reason(
             self.limits, spent=spent, wall_s=self.wall_s(), tokens=run["tokens_in"] + run["tokens_out"],
@@ -296,14 +300,12 @@ class Engine:
             proposal = Proposal(source=None, error=f"{self.synth.name} failed: {type(exc).__name__}: {exc}")
         synth_s = time.perf_counter() - start
         status = None
-        if proposal.source is None:
-            status = (
-                "exhausted"
-                if proposal.exhausted
-                else "unavailable"
-                if proposal.unavailable
-                else "synth_error"
-            )
+        if proposal.source is None and proposal.exhausted:
+            status = "exhausted"
+        elif proposal.source is None and proposal.unavailable:
+            status = "unavailable"
+        elif proposal.source is None:
+            status = "synth_error"
         kind = None
         if proposal.source is not None:
             kinds = check_source(proposal.source, accepted_kinds=()).kinds
@@ -394,7 +396,7 @@ class Engine:
     def best_info(self) -> dict[str, Any]:
         tree = self.tree()
         best = tree.best(self.search.min_gain)
-        spent = sum(1 for n in tree.nodes.values() if n.status not in FREE)
+        spent = _spent(tree)
         info = {"evaluated": len(tree.evaluated()), "spent": spent, "budget": self.limits.budget}
         if best is None:
             return info | {"node": None}
