@@ -67,6 +67,8 @@ def _search_progress(state: dict[str, Any] | None = None) -> Any:
             )
         elif event == "stop":
             err.print(f"[bold]stopping:[/] {escape(data['reason'])}")
+        elif event == "retry":
+            err.print(f"[yellow]node {data['node']}: {escape(data['reason'][:300])}[/]")
         elif event == "remeasure":
             err.print(f"[dim]re-measuring node {data['node']} in a fresh worker[/]")
         elif event == "warm_start":
@@ -215,9 +217,21 @@ def optimize(
     ] = False,
     seed: Annotated[int, typer.Option(help="Seed of the search's random choices.")] = 0,
     platform: PlatformOpt = None,
-    device: Annotated[int | None, typer.Option("--device", help="Device index.")] = None,
+    device: Annotated[int | None, typer.Option("--device", help="Use this device alone.")] = None,
+    devices: Annotated[
+        str | None,
+        typer.Option(help="Devices to spread candidates over: 0,1,2,3 or auto (every visible one)."),
+    ] = None,
     baseline: Annotated[str | None, typer.Option(help="Fitness baseline: compile | eager.")] = None,
-    workers: Annotated[int | None, typer.Option(help="Candidates evaluated at once (0: auto).")] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Candidates evaluated at once, over all devices (0: auto, 2 per GPU).")
+    ] = None,
+    executor: Annotated[
+        str | None, typer.Option(help="Where candidates are evaluated: local | ray (the `ray` extra).")
+    ] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(help="The Ray cluster (as ray.init takes it: auto, ray://host:10001).")
+    ] = None,
     timing_budget: Annotated[float | None, typer.Option(help="Seconds of timing per shape.")] = None,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
@@ -231,6 +245,8 @@ def optimize(
       kernelevolve optimize SPEC --llm openai:gpt-4.1 --budget 100
       kernelevolve optimize SPEC --llm openai:qwen3-coder --base-url http://localhost:8000/v1
       kernelevolve optimize SPEC --llm anthropic:claude-sonnet-4-5 --max-usd 20
+      kernelevolve optimize SPEC --workers 8                            # every local GPU (auto devices)
+      kernelevolve optimize SPEC --executor ray --ray-address auto       # a Ray cluster
     """
     from kernelevolve import optimize as jobs
     from kernelevolve.search.policies import SearchConfig
@@ -240,7 +256,8 @@ def optimize(
     try:
         settings = _settings(
             workspace, platform=platform, device=device, fitness_baseline=baseline, workers=workers,
-            timing_budget_s=timing_budget,
+            timing_budget_s=timing_budget, executor=executor, ray_address=ray_address,
+            devices=devices if devices is not None else (str(device) if device is not None else None),
         )  # fmt: skip
         search = SearchConfig(
             policy=policy, draft=draft, schedule=tuple(m.strip() for m in schedule.split(",") if m.strip()),

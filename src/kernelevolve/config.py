@@ -55,8 +55,19 @@ class Settings:
     sandbox_filesystem: bool = True  # the worker writes only in its own directory (Linux Landlock)
     gpu_memory_fraction: float | None = None  # None: 0.9 / (worker processes on the device)
     # Pool: candidates evaluated at once, and warm workers kept prepared ahead of need.
-    workers: int = 0  # 0: auto (2 on a GPU, 1 on the CPU)
+    workers: int = 0  # 0: auto (2 per GPU, 1 on the CPU)
     spares: int = 1
+    # Devices a search spreads its candidates over: indices ("0,1"), or "auto": every visible device
+    # of the platform, unless `device` names another than the first (then that one alone). `device` is
+    # also the one device of single-device jobs (eval, profile, baselines).
+    devices: str = "auto"
+    # Where candidates are evaluated: "local" (worker processes on this machine) or "ray" (tasks on a
+    # Ray cluster, the `ray` extra; `ray_address` as ray.init takes it, "" for a local cluster).
+    executor: str = "local"
+    ray_address: str = ""
+    # A worker killed from outside mid-evaluation (SIGKILL, SIGTERM) is retried this often in a fresh
+    # worker before the death is the candidate's verdict.
+    eval_retries: int = 1
     # Results above these are `suspicious`, never a win.
     suspicious_speedup: float = 10.0
     roofline_margin: float = 1.05  # allowed excess over the datasheet roofline before flagging
@@ -104,6 +115,9 @@ class Settings:
             if value is not None and value <= 0:
                 raise WorkspaceError(f"{name} must be positive (or left unset)")
         self.seeds = max(3, self.seeds)
+        if self.devices != "auto":
+            parse_devices(self.devices)  # a WorkspaceError naming the setting
+        self.eval_retries = max(0, self.eval_retries)
         self.workers = max(0, self.workers)
         self.spares = max(0, self.spares)
         return self
@@ -112,6 +126,17 @@ class Settings:
         out = dataclasses.asdict(self)
         out["workspace"] = str(self.workspace)
         return out
+
+
+def parse_devices(text: str) -> list[int]:
+    """Device indices from "0,1,2" (distinct, non-negative)."""
+    try:
+        found = [int(d) for d in str(text).split(",") if d.strip()]
+    except ValueError:
+        found = []
+    if not found or len(set(found)) != len(found) or min(found) < 0:
+        raise WorkspaceError(f"devices {text!r}: give distinct indices like 0,1,2,3, or auto")
+    return found
 
 
 def _field_types() -> dict[str, Any]:

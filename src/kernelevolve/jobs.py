@@ -45,10 +45,11 @@ def hardware_profile(
     return stored, True
 
 
-def sized_for(settings: Settings, platform: Platform, candidates: int) -> Settings:
-    """Resolve `workers = 0` (auto: 2 on a GPU, 1 on the CPU, whose timings any concurrent work
-    would disturb) and keep no more spares than there are candidates left to take them."""
-    workers = settings.workers or (2 if platform.name in ("cuda", "rocm") else 1)
+def sized_for(settings: Settings, platform: Platform, candidates: int, slots: int | None = None) -> Settings:
+    """Resolve `workers = 0` (auto: `slots`, what the executor evaluates at once, else 2 on a GPU and
+    1 on the CPU, whose timings any concurrent work would disturb) and keep no more spares than there
+    are candidates left to take them."""
+    workers = settings.workers or slots or (2 if platform.name in ("cuda", "rocm") else 1)
     workers = min(workers, candidates)
     return replace(settings, workers=workers, spares=min(settings.spares, max(0, candidates - workers)))
 

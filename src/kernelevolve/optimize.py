@@ -19,6 +19,7 @@ from typing import Any
 
 from kernelevolve.config import Settings
 from kernelevolve.errors import SpecError, WorkspaceError
+from kernelevolve.evaluate.executors import executor_slots
 from kernelevolve.evaluate.pool import candidate_hash
 from kernelevolve.jobs import _record_spec, device_key, hardware_profile, sized_for
 from kernelevolve.knowledge.patterns import spec_pattern
@@ -148,7 +149,7 @@ def build_engine(
     if limits is not None:
         ws.update_run(run_id, limits=dataclasses.asdict(limits))
     limits = limits or Limits(**run["limits"])
-    settings = sized_for(settings, platform, 10**6)
+    settings = sized_for(settings, platform, 10**6, executor_slots(settings, platform))
     seeds = [(p, Path(p).read_text()) for p in cfg.get("seeds") or []]
     meter = _meter(synth_cfg, limits, ws.root, run)
     synthesizer = create(

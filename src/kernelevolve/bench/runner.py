@@ -204,7 +204,9 @@ def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settin
     time (a thread per device takes the next spec when its run ends). On Ctrl-C no new spec starts;
     with several devices the runs in flight finish first (each is stored as it goes)."""
     if not devices or len(devices) == 1:
-        one_settings = replace(settings, device=devices[0]) if devices else settings
+        # a spec's run is pinned to one device (a search's own `devices = auto` would spread it)
+        device = devices[0] if devices else settings.device
+        one_settings = replace(settings, device=device, devices=str(device))
         for i in range(count):
             one(i, one_settings)
         return
@@ -214,7 +216,7 @@ def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settin
     errors: list[BaseException] = []
 
     def worker(device: int) -> None:
-        device_settings = replace(settings, device=device)
+        device_settings = replace(settings, device=device, devices=str(device))
         while not stop.is_set():
             with lock:
                 if not queue:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -199,6 +200,7 @@ class EvaluatorPool:
             options = {"shapes": shapes, "timing_budget_s": timing_budget_s}
             verdict = self._run(source, digest, kind, label, base, options)
         verdict.method = verdict.method if verdict.method.device else self._method()
+        verdict.method.device_index = self.settings.device
         self.on_event("done", label, verdict)
         return verdict
 
@@ -218,24 +220,37 @@ class EvaluatorPool:
         base: dict[str, Any],
         options: dict[str, Any],
     ) -> Verdict:
-        worker = self._take()
-        try:
-            outcome = worker.run_job(
-                "evaluate",
-                {
-                    "source": source,
-                    "candidate_hash": digest,
-                    "kind": kind,
-                    "uses_load_inline": "load_inline" in source,
-                    "profile": self.profile,
-                    "graphs": dict(self.graphs),
-                    **{k: v for k, v in options.items() if v is not None},
-                },
-                on_phase=lambda phase: self.on_event("phase", label, phase),
+        retries = 0
+        while True:
+            worker = self._take()
+            try:
+                outcome = worker.run_job(
+                    "evaluate",
+                    {
+                        "source": source,
+                        "candidate_hash": digest,
+                        "kind": kind,
+                        "uses_load_inline": "load_inline" in source,
+                        "profile": self.profile,
+                        "graphs": dict(self.graphs),
+                        **{k: v for k, v in options.items() if v is not None},
+                    },
+                    on_phase=lambda phase: self.on_event("phase", label, phase),
+                )
+            finally:
+                self._release(worker)
+            if not killed_from_outside(outcome) or retries >= self.settings.eval_retries or self._closed:
+                break
+            # Someone else's kill (an operator, a node's OOM killer reaping the biggest process) is
+            # not the candidate's doing; a death that repeats in a fresh worker is.
+            retries += 1
+            self.on_event(
+                "retry", label, f"{outcome.detail} during phase {outcome.phase}; retrying in a fresh worker"
             )
-        finally:
-            self._release(worker)
-        return self._verdict_from(outcome, base, kind)
+        verdict = self._verdict_from(outcome, base, kind)
+        if retries and not verdict.ok:
+            verdict.message += f" (the same in {retries + 1} fresh workers)"
+        return verdict
 
     def _verdict_from(self, outcome: Outcome, base: dict[str, Any], kind: str | None) -> Verdict:
         s = self.settings
@@ -307,6 +322,16 @@ class EvaluatorPool:
                 f"the {op} job failed ({outcome.kind}): {detail}", hint=outcome.log_tail[-1500:]
             )
         return outcome.message
+
+
+def killed_from_outside(outcome: Outcome) -> bool:
+    """A worker ended by a signal that only another process sends (the candidate's own faults are
+    SIGSEGV, SIGABRT, exits and timeouts)."""
+    return outcome.kind == "crash" and outcome.returncode in (
+        -signal.SIGKILL,
+        -signal.SIGTERM,
+        -signal.SIGHUP,
+    )
 
 
 def static_report(source: str, spec: Spec, platform: Platform) -> StaticReport:

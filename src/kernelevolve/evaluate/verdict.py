@@ -90,6 +90,7 @@ class Method:
 
     platform: str = ""
     device: str = ""
+    device_index: int | None = None  # which of the machine's devices (a search may use several)
     driver: str | None = None
     torch: str | None = None
     triton: str | None = None

@@ -70,6 +70,10 @@ class Platform(ABC):
     def device_string(self, index: int) -> str:
         return "cpu"
 
+    def device_count(self) -> int:
+        """Devices of this platform on this machine, counted without initializing them."""
+        return 1
+
     def identity(self, index: int) -> dict[str, str | None]:
         """Device name and software versions, read without initializing the device (engine side):
         the key under which a hardware profile and cached baselines are stored."""

@@ -58,6 +58,12 @@ class CudaPlatform(Platform):
     def device_string(self, index: int) -> str:
         return f"cuda:{index}"
 
+    def device_count(self) -> int:
+        import torch
+
+        # NVML-based in recent torch: no CUDA context in the engine's process
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
     def setup(self, device: Any, precision: str) -> None:
         import torch
 

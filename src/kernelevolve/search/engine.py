@@ -36,8 +36,8 @@ from typing import Any
 
 from kernelevolve.config import Settings
 from kernelevolve.errors import KernelevolveError
+from kernelevolve.evaluate.executors import Evaluator, Request, open_evaluator
 from kernelevolve.evaluate.guards import check_source
-from kernelevolve.evaluate.pool import EvaluatorPool
 from kernelevolve.evaluate.verdict import Verdict
 from kernelevolve.knowledge.index import KnowledgeBase
 from kernelevolve.platforms import Platform
@@ -108,7 +108,7 @@ class Engine:
         self._best: int | None = None
         self._prior_wall = float(self.ws.run(run_id)["wall_s"] or 0.0)
         self._t0 = time.monotonic()
-        self.pool: EvaluatorPool | None = None
+        self.pool: Evaluator | None = None
         self.target = str(ctx.profile.get("target") or ctx.platform.name)
         self.pattern = self.ws.run(run_id).get("pattern") or ""
         self.kb = KnowledgeBase.for_settings(self.ws, ctx.settings)
@@ -152,10 +152,11 @@ class Engine:
     def attached(self) -> Iterator[None]:
         """The evaluator pool (and the tools that use it) for the duration of the block."""
         ctx = self.ctx
-        with EvaluatorPool(
+        request = Request(
             ctx.spec, ctx.platform, ctx.settings, profile=ctx.profile, trusted_cache=ctx.trusted_cache,
             on_event=lambda event, label, detail: self._pool_event(event, label, detail),
-        ) as pool:  # fmt: skip
+        )  # fmt: skip
+        with open_evaluator(request) as pool:
             self.pool = pool
             self.tools = EngineTools(pool, ctx.spec, ctx.platform, self._tool_kb(), self.target)
             try:
@@ -406,6 +407,9 @@ class Engine:
     def _pool_event(self, event: str, label: str, detail: Any) -> None:
         if event == "phase":
             self.emit("phase", {"label": label, "phase": detail})
+        elif event == "retry":
+            node = label.removeprefix("node-").split(".")[0].split("-")[0]
+            self.emit("retry", {"label": label, "node": node, "reason": detail})
 
     # -- the end ------------------------------------------------------------------------------------
 

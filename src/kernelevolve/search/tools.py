@@ -12,21 +12,24 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelevolve.errors import WorkspaceError
-from kernelevolve.evaluate.pool import EvaluatorPool, static_report
+from kernelevolve.evaluate.pool import static_report
 from kernelevolve.evaluate.verdict import Verdict
 from kernelevolve.platforms import Platform
 from kernelevolve.spec import Spec
 from kernelevolve.synth.base import Snippet
+
+if TYPE_CHECKING:
+    from kernelevolve.evaluate.executors import Evaluator
 
 
 class EngineTools:
     """The `Tools` a synthesizer may use: lint in this process (the AST only), quick runs in the
     evaluator pool's isolated workers, search in the knowledge base (`kb`: a KnowledgeBase)."""
 
-    def __init__(self, pool: EvaluatorPool | None, spec: Spec, platform: Platform, kb: Any = None,
+    def __init__(self, pool: Evaluator | None, spec: Spec, platform: Platform, kb: Any = None,
                  target: str = ""):  # fmt: skip
         self.pool, self.spec, self.platform, self.kb, self.target = pool, spec, platform, kb, target
         sizes = [(spec.footprint_bytes(s.name) or 0, s.name) for s in spec.shapes]

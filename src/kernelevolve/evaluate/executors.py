@@ -1,0 +1,217 @@
+"""Executors: where a search's candidates are evaluated. The engine asks one object for verdicts
+(`evaluate_one`, from several threads at once) and never learns which executor answers.
+
+- `local` (the default): worker processes on this machine. With one device it is an `EvaluatorPool`;
+  with several (`devices = "auto"` on a multi-GPU machine, or "0,1"), one pool per device, each
+  candidate sent to the device with the fewest evaluations in flight. Each device's workers have their
+  own compile caches and the device's lease, so two timings never share a GPU.
+- `ray`: evaluation requests as tasks on a Ray cluster (`kernelevolve.evaluate.ray_executor`, the
+  `ray` extra). Each task runs the same pool on the node Ray placed it on; the verdicts are the same
+  values.
+
+Executors register by name (`register_executor`), so a test or a plugin adds its own the way
+synthesizers and model providers do.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from kernelevolve.config import Settings, parse_devices
+from kernelevolve.errors import WorkspaceError
+from kernelevolve.evaluate.pool import EvaluatorPool, Event
+from kernelevolve.evaluate.verdict import Verdict
+from kernelevolve.platforms import Platform
+from kernelevolve.spec import Spec
+
+
+class Evaluator(Protocol):
+    """What the engine needs of an executor: verdicts, concurrently, inside a `with` block."""
+
+    def __enter__(self) -> Evaluator: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def evaluate_one(
+        self,
+        source: str,
+        label: str = "candidate.py",
+        *,
+        shapes: list[str] | None = None,
+        timing_budget_s: float | None = None,
+    ) -> Verdict: ...
+
+
+@dataclass
+class Request:
+    """Everything an executor is built from: one spec's evaluations on one platform."""
+
+    spec: Spec
+    platform: Platform
+    settings: Settings
+    profile: dict[str, Any] | None = None
+    trusted_cache: Path | None = None  # the torch.compile cache of workers that saw no candidate
+    on_event: Event | None = None
+
+
+@dataclass(frozen=True)
+class Executor:
+    """A registered executor: how to build it, and how many candidates it evaluates at once when
+    `workers` is 0 (auto): what sizes the engine's expansions in flight."""
+
+    build: Callable[[Request], Evaluator]
+    slots: Callable[[Settings, Platform], int]
+
+
+EXECUTORS: dict[str, Executor] = {}
+
+
+def register_executor(name: str, executor: Executor) -> None:
+    EXECUTORS[name] = executor
+
+
+def get_executor(name: str) -> Executor:
+    if name == "ray" and name not in EXECUTORS:
+        import kernelevolve.evaluate.ray_executor  # noqa: F401 - registers "ray"; needs the extra
+    if name not in EXECUTORS:
+        raise WorkspaceError(
+            f"unknown executor {name!r}", hint="executors: " + ", ".join(sorted({*EXECUTORS, "ray"}))
+        )
+    return EXECUTORS[name]
+
+
+def open_evaluator(request: Request) -> Evaluator:
+    """The evaluator of `request.settings.executor`, not yet started (use it in a `with` block)."""
+    return get_executor(request.settings.executor).build(request)
+
+
+def executor_slots(settings: Settings, platform: Platform) -> int:
+    return get_executor(settings.executor).slots(settings, platform)
+
+
+# -- local ------------------------------------------------------------------------------------------
+
+
+def resolve_devices(settings: Settings, platform: Platform) -> list[int]:
+    """The device indices a search uses here: `devices` as given; for "auto", every visible device, or
+    the `device` setting alone where it names one other than the first (an explicit choice)."""
+    if settings.devices != "auto":
+        found = parse_devices(settings.devices)
+        count = platform.device_count()
+        missing = [d for d in found if d >= count]
+        if missing:
+            raise WorkspaceError(
+                f"devices {settings.devices}: {platform.name} has {count} visible device(s) here, "
+                f"so no index {', '.join(map(str, missing))}",
+                hint="devices = auto uses every visible device",
+            )
+        return found
+    if settings.device != 0:
+        return [settings.device]
+    return list(range(max(1, platform.device_count())))
+
+
+def _per_gpu(platform: Platform) -> int:
+    """Candidates in flight per device when `workers` is auto: two on a GPU (one compiles while the
+    other is checked and timed), one on the CPU, whose timings any concurrent work would disturb."""
+    return 2 if platform.name in ("cuda", "rocm") else 1
+
+
+def local_slots(settings: Settings, platform: Platform) -> int:
+    return _per_gpu(platform) * len(resolve_devices(settings, platform))
+
+
+def split(workers: int, devices: list[int]) -> list[tuple[int, int]]:
+    """(device, workers) for each device that gets any: `workers` spread as evenly as they go."""
+    n = len(devices)
+    shares = [workers // n + (1 if i < workers % n else 0) for i in range(n)]
+    return [(d, w) for d, w in zip(devices, shares, strict=True) if w > 0]
+
+
+class DevicePools:
+    """One `EvaluatorPool` per device behind one `evaluate_one`. A candidate goes to the device with
+    the fewest evaluations in flight (the lowest index on a tie); its verdict's numbers all come from
+    that device, eager and torch.compile measured beside it there. Whether a shape is timed as CUDA
+    graphs is decided once, by the first timed verdict on any device, and shared."""
+
+    def __init__(self, request: Request, devices: list[int]):
+        s = request.settings
+        plan = split(s.workers or _per_gpu(request.platform) * len(devices), devices)
+        graphs: dict[str, bool] = {}
+        self.devices = [d for d, _ in plan]
+        self.pools: list[EvaluatorPool] = []
+        for device, workers in plan:
+            pool = EvaluatorPool(
+                request.spec,
+                request.platform,
+                replace(s, device=device, workers=workers),
+                profile=request.profile,
+                trusted_cache=_device_cache(request.trusted_cache, device),
+                on_event=request.on_event,
+            )
+            pool.graphs = graphs
+            self.pools.append(pool)
+        self._inflight = [0] * len(self.pools)
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> DevicePools:
+        started: list[EvaluatorPool] = []
+        try:
+            for pool in self.pools:
+                pool.start()
+                started.append(pool)
+        except BaseException:
+            for pool in started:
+                pool.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for pool in self.pools:
+            pool.close()
+
+    def evaluate_one(
+        self,
+        source: str,
+        label: str = "candidate.py",
+        *,
+        shapes: list[str] | None = None,
+        timing_budget_s: float | None = None,
+    ) -> Verdict:
+        with self._lock:
+            i = min(range(len(self.pools)), key=lambda k: (self._inflight[k], k))
+            self._inflight[i] += 1
+        try:
+            return self.pools[i].evaluate_one(source, label, shapes=shapes, timing_budget_s=timing_budget_s)
+        finally:
+            with self._lock:
+                self._inflight[i] -= 1
+
+    def in_flight(self) -> dict[int, int]:
+        """Evaluations in flight per device index."""
+        with self._lock:
+            return dict(zip(self.devices, self._inflight, strict=True))
+
+
+def _device_cache(trusted: Path | None, device: int) -> Path | None:
+    """Each device's own trusted compile cache beside the first one's: never written by two
+    devices' workers at once."""
+    return None if trusted is None else trusted.with_name(f"{trusted.name}-device{device}")
+
+
+def _build_local(request: Request) -> Evaluator:
+    devices = resolve_devices(request.settings, request.platform)
+    if len(devices) == 1:
+        r = request
+        return EvaluatorPool(
+            r.spec, r.platform, replace(r.settings, device=devices[0]), profile=r.profile,
+            trusted_cache=r.trusted_cache, on_event=r.on_event,
+        )  # fmt: skip
+    return DevicePools(request, devices)
+
+
+register_executor("local", Executor(build=_build_local, slots=local_slots))

@@ -1,0 +1,162 @@
+"""The local executor: devices resolved and shared out, candidates spread over several devices' pools,
+and a worker killed from outside mid-evaluation retried in a fresh worker (while a candidate that
+kills itself gets no more than the retries allowed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernelevolve.config import Settings
+from kernelevolve.errors import WorkspaceError
+from kernelevolve.evaluate import EvaluatorPool, Status
+from kernelevolve.evaluate.executors import (
+    DevicePools,
+    Request,
+    get_executor,
+    local_slots,
+    open_evaluator,
+    resolve_devices,
+    split,
+)
+from kernelevolve.evaluate.sandbox import descendants
+from kernelevolve.platforms import get_platform
+from kernelevolve.spec import load_spec
+from tests.conftest import SPECS, cpu_settings
+from tests.cpu_candidates import HONEST, candidate
+
+OK = (Status.OK, Status.SUSPICIOUS)  # suspicious: a loaded 2-core VM's eager time can balloon
+
+
+class FourGpus:
+    """The device count of a machine with four GPUs; the rest of a real platform."""
+
+    def __init__(self, name: str = "cuda", count: int = 4):
+        self.name, self.count = name, count
+
+    def device_count(self) -> int:
+        return self.count
+
+
+def test_split_shares_workers_out_as_evenly_as_they_go() -> None:
+    assert split(8, [0, 1, 2]) == [(0, 3), (1, 3), (2, 2)]
+    assert split(4, [2, 3]) == [(2, 2), (3, 2)]
+    assert split(1, [0, 1]) == [(0, 1)]  # a device that gets no worker is not used
+
+
+def test_devices_auto_is_every_visible_device_unless_one_is_chosen() -> None:
+    gpus: Any = FourGpus()
+    assert resolve_devices(Settings(), gpus) == [0, 1, 2, 3]
+    assert resolve_devices(Settings(device=2), gpus) == [2]  # a device other than the first pins
+    assert resolve_devices(Settings(devices="1,3"), gpus) == [1, 3]
+    assert local_slots(Settings(), gpus) == 8  # two per GPU when workers = 0
+    assert local_slots(Settings(), get_platform("cpu")) == 1
+    with pytest.raises(WorkspaceError, match="4 visible device"):
+        resolve_devices(Settings(devices="0,4"), gpus)
+    for bad in ("0,0", "x", "-1", ""):
+        with pytest.raises(WorkspaceError, match="distinct indices"):
+            Settings(devices=bad).validate()
+    with pytest.raises(WorkspaceError, match=r"executors: .*local"):
+        get_executor("nope")
+
+
+@pytest.mark.slow
+def test_candidates_spread_over_the_devices_pools(tmp_path: Path) -> None:
+    """Two devices (the CPU platform's lease keys one per index, which is all a device is to the
+    pool): concurrent candidates land on both, each with its own compile cache, and every verdict
+    names the device it was measured on."""
+    spec = load_spec(SPECS / "softmax.py")
+    settings = cpu_settings(tmp_path, workers=2, spares=0)
+    trusted = tmp_path / "cache" / "inductor"
+    events: list[tuple[str, str]] = []
+    pools = DevicePools(
+        Request(spec, get_platform("cpu"), settings, trusted_cache=trusted,
+                on_event=lambda e, label, d: events.append((e, label))),
+        [0, 1],
+    )  # fmt: skip
+    assert [p.settings.device for p in pools.pools] == [0, 1]
+    assert [p.settings.workers for p in pools.pools] == [1, 1]
+    assert pools.pools[0].graphs is pools.pools[1].graphs  # one decision per shape, shared
+    with pools, ThreadPoolExecutor(4) as ex:
+        verdicts = list(ex.map(lambda i: pools.evaluate_one(HONEST, f"c{i}.py"), range(4)))
+        assert pools.in_flight() == {0: 0, 1: 0}
+    assert all(v.status in OK and v.correct for v in verdicts), [v.message for v in verdicts]
+    assert {v.method.device_index for v in verdicts} == {0, 1}
+    assert sorted(p.name for p in trusted.parent.iterdir()) == ["inductor-device0", "inductor-device1"]
+    assert sum(e == "done" for e, _ in events) == 4
+
+
+def test_the_local_executor_is_one_pool_on_one_device(tmp_path: Path) -> None:
+    request = Request(load_spec(SPECS / "softmax.py"), get_platform("cpu"), cpu_settings(tmp_path))
+    evaluator = open_evaluator(request)
+    assert isinstance(evaluator, EvaluatorPool) and evaluator.settings.device == 0
+
+
+# -- a worker killed mid-evaluation --------------------------------------------------------------------
+
+
+def _workers() -> list[int]:
+    found = []
+    for pid in descendants(os.getpid(), include_zombies=False):
+        try:
+            if b"kernelevolve.evaluate.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.slow
+def test_a_worker_killed_from_outside_mid_evaluation_is_retried(tmp_path: Path) -> None:
+    events: list[tuple[str, Any]] = []
+    killed: list[int] = []
+    lock = threading.Lock()
+
+    def on_event(event: str, label: str, detail: Any) -> None:
+        events.append((event, detail))
+        with lock:
+            if event == "phase" and detail == "correctness" and not killed:
+                (pid,) = _workers()  # spares = 0 on the CPU: the one worker there is
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    settings = cpu_settings(tmp_path, spares=0)
+    with EvaluatorPool(
+        load_spec(SPECS / "softmax.py"), get_platform("cpu"), settings, on_event=on_event
+    ) as pool:
+        v = pool.evaluate_one(HONEST, "honest.py")
+    assert killed, "the test never saw the worker's correctness phase"
+    retries = [d for e, d in events if e == "retry"]
+    assert len(retries) == 1 and "SIGKILL" in retries[0] and "correctness" in retries[0]
+    assert v.status in OK and v.correct and v.timed, v.message
+
+
+SELF_KILL = candidate(
+    """
+    def forward(self, x):
+        os.kill(os.getpid(), signal.SIGKILL)
+""",
+    prelude="import os\nimport signal",
+)
+
+
+@pytest.mark.slow
+def test_a_candidate_that_kills_itself_gets_only_the_allowed_retries(tmp_path: Path) -> None:
+    """Retrying is not a loophole: the death repeats, and the verdict is the candidate's."""
+    spec, cpu = load_spec(SPECS / "softmax.py"), get_platform("cpu")
+    for retries in (1, 0):
+        events: list[str] = []
+        settings = replace(cpu_settings(tmp_path / str(retries), spares=0), eval_retries=retries)
+        with EvaluatorPool(spec, cpu, settings, static_guards=False,
+                           on_event=lambda e, label, d, seen=events: seen.append(e)) as pool:  # fmt: skip
+            v = pool.evaluate_one(SELF_KILL, "self_kill.py")
+        assert v.status == Status.OOM and "SIGKILL" in v.message and not v.correct, v.message
+        assert events.count("retry") == retries
+        assert ("fresh workers" in v.message) == (retries > 0)
