@@ -387,3 +387,50 @@ def test_confine_as_an_unprivileged_user_goes_through_a_user_namespace(listener:
         assert not (outside / "escaped.txt").exists()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- the profiler's processes ------------------------------------------------------------------------
+
+
+def _profiled(tmp: Path, source: str, **overrides: object) -> tuple[int, int]:
+    """(connect, write) as the candidate's C code saw them inside the torch.profiler process."""
+    from kernelevolve.profile.run import profile_candidate
+
+    settings = cpu_settings(tmp, profile_timeout_s=120, **overrides)
+    out = profile_candidate(
+        load_spec(SPECS / "softmax.py"), get_platform("cpu"), source, settings, mode="torch"
+    )
+    found = [m for e in out["errors"] if (m := re.search(r"CONNECT=(-?\d+) WRITE=(-?\d+) END", e))]
+    assert found, out["errors"]
+    return int(found[0][1]), int(found[0][2])
+
+
+@needs_netns
+@needs_landlock
+def test_a_profiled_candidate_reaches_no_network_and_writes_nothing_outside(tmp_path: Path) -> None:
+    target = tmp_path / "outside" / "escaped.txt"
+    target.parent.mkdir()
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as server:
+        server.settimeout(0.5)
+        connect, write = _profiled(tmp_path, _tricks(server.getsockname()[1], target))
+        # its own namespace has a loopback of its own (for ncu), on which nothing listens
+        assert connect == -errno.ECONNREFUSED
+        with pytest.raises(TimeoutError):
+            server.accept()
+    assert write == -errno.EACCES and not target.exists()
+
+
+def test_a_profiled_candidate_without_the_sandbox_escapes(tmp_path: Path) -> None:
+    """The control: with both layers switched off, the same tricks work."""
+    target = tmp_path / "outside" / "escaped.txt"
+    target.parent.mkdir()
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as server:
+        server.settimeout(5)
+        result = _profiled(
+            tmp_path,
+            _tricks(server.getsockname()[1], target),
+            sandbox_network=False,
+            sandbox_filesystem=False,
+        )
+        server.accept()[0].close()
+    assert result == (0, 0) and target.read_text() == "escaped"

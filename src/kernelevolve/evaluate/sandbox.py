@@ -38,11 +38,14 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import platform
 import re
 import signal
+import socket
 import stat
+import struct
 import sys
 import time
 from pathlib import Path
@@ -147,6 +150,36 @@ def confine(workdir: Path | None, network: bool = True, filesystem: bool = True)
         if note:
             notes.append(note)
     return notes
+
+
+def confine_child(workdir: Path, network: bool, filesystem: bool) -> None:
+    """`confine` for a child between fork and exec (a `preexec_fn`, as the profiler spawns its
+    processes): no imports, no lease directory (the parent holds the lease), and the loopback
+    interface up inside the empty namespace (Nsight Compute talks to its target over it). Notes go
+    to `workdir/sandbox-notes.txt`, written before the write rules apply."""
+    notes = []
+    if network:
+        note = isolate_network()
+        if note:
+            notes.append(note)
+        else:
+            loopback_up()
+    if filesystem:
+        note = restrict_writes([workdir, Path("/dev")])
+        if note:
+            notes.append(note)
+    if notes:
+        with open(workdir / "sandbox-notes.txt", "a") as f:
+            f.write("".join(n + "\n" for n in notes))
+
+
+def loopback_up() -> None:
+    """Bring up `lo` in this (new, empty) network namespace: traffic to 127.0.0.1 stays inside it."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(sock, siocgifflags, request)[:18])[1]
+        fcntl.ioctl(sock, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
 
 
 def isolate_network() -> str | None:

@@ -4,7 +4,9 @@
 launch overhead) and, on an NVIDIA GPU with `ncu` installed, once more under Nsight Compute with the
 fixed metric set of `profile/ncu.py`, filtered to the candidate's NVTX range. Each process gets the
 evaluation workers' scrubbed environment (no secrets, a private HOME and caches), an address-space
-limit where the platform allows one, and a wall-clock limit after which its process group is killed.
+limit where the platform allows one, the workers' sandbox (an empty network namespace with only its
+own loopback up, writes only beneath its directory and /dev; `sandbox.confine_child`), and a
+wall-clock limit after which its process group is killed.
 
 What comes back is a plain dict: `profiler` (torch.profiler's summary or None), `ncu` (per-kernel
 metrics and their summary, or None), `tools` (what ran) and `errors` (what did not, and why): the
@@ -25,7 +27,7 @@ from typing import Any
 import kernelevolve
 from kernelevolve.config import Settings
 from kernelevolve.evaluate.lease import DeviceLease
-from kernelevolve.evaluate.sandbox import apply_limits, kill_tree, scrub_env
+from kernelevolve.evaluate.sandbox import apply_limits, confine_child, kill_tree, scrub_env
 from kernelevolve.platforms.base import Platform
 from kernelevolve.profile import ncu
 from kernelevolve.spec import Spec
@@ -76,6 +78,9 @@ def profile_candidate(
                     out["tools"].append("ncu")
         elif mode == "ncu":
             out["errors"].append(f"ncu: profiles NVIDIA GPUs only, not platform {platform.name!r}")
+        notes = work / "sandbox-notes.txt"
+        if notes.is_file():
+            out["errors"] += [f"sandbox: {n}" for n in dict.fromkeys(notes.read_text().splitlines())]
     return out
 
 
@@ -102,8 +107,11 @@ def _spawn(
     memory = int(settings.memory_limit_gb * 2**30)
     cpu_seconds = int(settings.profile_timeout_s * 4)
 
-    def limits() -> None:  # in the child, before exec: the evaluation workers' limits
+    network, filesystem = settings.sandbox_network, settings.sandbox_filesystem
+
+    def limits() -> None:  # in the child, before exec: the evaluation workers' limits and sandbox
         apply_limits(memory, cpu_seconds, 2**30)
+        confine_child(work, network, filesystem)
 
     # The device lease keeps the profiled calls off the device while an evaluation is being timed.
     lease = DeviceLease(f"{platform.name}-{settings.device}")
