@@ -24,7 +24,10 @@ Deliberately not here: how candidates are written (`kernelevolve.synth`), how th
 from __future__ import annotations
 
 import dataclasses
+import errno
 import random
+import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.config import Settings
-from kernelevolve.errors import KernelevolveError
+from kernelevolve.errors import KernelevolveError, WorkspaceError
 from kernelevolve.evaluate.executors import Evaluator, Request, open_evaluator
 from kernelevolve.evaluate.guards import check_source
 from kernelevolve.evaluate.verdict import Verdict
@@ -73,6 +76,22 @@ class EngineContext:
     trusted_cache: Path | None
     out_dir: Path
     shapes: list[str] | None = None  # evaluate only these spec shapes (tuning one shape)
+
+
+def storage_failed(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) is the disk refusing a write: SQLite's SQLITE_FULL or
+    SQLITE_IOERR ("disk I/O error", what it reports for EFBIG and EIO), or ENOSPC, EDQUOT, EFBIG or EIO
+    from the OS. Not the run's fault, and nothing a retry in this process would mend."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sqlite3.OperationalError) and (
+            "is full" in str(seen) or "I/O error" in str(seen)
+        ):
+            return True
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _spent(tree: Tree) -> int:
@@ -137,8 +156,21 @@ class Engine:
             except KeyboardInterrupt:
                 self.ws.update_run(self.run_id, status="stopped", wall_s=self.wall_s())
                 raise
-            except BaseException:
-                self.ws.update_run(self.run_id, status="failed", wall_s=self.wall_s())
+            except BaseException as exc:
+                storage = storage_failed(exc)
+                try:
+                    self.ws.update_run(
+                        self.run_id, status="stopped" if storage else "failed", wall_s=self.wall_s()
+                    )
+                except sqlite3.Error:
+                    pass  # the disk still refuses: the run keeps its last status, and resumes from any
+                if storage:
+                    raise WorkspaceError(
+                        f"the disk refused a write ({exc}; is it full?): run {self.run_id} stopped, and "
+                        "every node stored before it is kept",
+                        hint=f"free space under {self.ws.root} and the temporary directory "
+                        f"({tempfile.gettempdir()}), then `kernelevolve resume {self.run_id}`",
+                    ) from exc
                 raise
         return summary
 
