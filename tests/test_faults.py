@@ -233,3 +233,64 @@ def test_a_relative_spec_path_works(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with EvaluatorPool(spec, get_platform("cpu"), cpu_settings(tmp_path, spares=0)) as pool:
         v = pool.evaluate_one(HONEST, "relative.py")
     assert v.status == Status.OK, v.message
+
+
+ENGINE = """
+import sys
+from pathlib import Path
+from kernelevolve.config import Settings
+from kernelevolve.evaluate import EvaluatorPool
+from kernelevolve.platforms import get_platform
+from kernelevolve.spec import load_spec
+
+settings = Settings(workspace=Path(sys.argv[2]), baselines=["eager"], fitness_baseline="eager",
+                    run_timeout_s=600, workers=1, spares=0).validate()
+def show(event, label, detail):
+    print(event, detail, flush=True)
+
+with EvaluatorPool(load_spec(Path(sys.argv[1])), get_platform("cpu"), settings, on_event=show) as pool:
+    pool.evaluate_one(Path(sys.argv[3]).read_text(), "spin.py")
+"""
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_worker_dies_with_its_engine(tmp_path: Path) -> None:
+    """The engine SIGKILLed while its worker runs a kernel that never ends: the worker (and with it
+    the device lease) is gone within seconds, not at its CPU-time limit half an hour later."""
+    import signal
+    import subprocess
+    import sys
+
+    from kernelevolve.evaluate.sandbox import descendants
+
+    spin = tmp_path / "spin.py"
+    spin.write_text(candidate("\n    def forward(self, x):\n        _lib.spin_forever()\n        return x\n"))
+    engine = subprocess.Popen([sys.executable, "-c", ENGINE, str(SPECS / "softmax.py"), str(tmp_path / "ws"),
+                               str(spin)], stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    assert engine.stdout is not None
+    for line in engine.stdout:  # the engine's phase events: the candidate's first call is in this phase
+        if line.strip() == "phase compile":
+            break
+    (worker,) = [pid for pid in descendants(engine.pid, include_zombies=False)
+                 if b"kernelevolve.evaluate.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]  # fmt: skip
+    time.sleep(2.0)
+    spun = _cpu_seconds(worker)
+    time.sleep(1.0)
+    assert _cpu_seconds(worker) > spun + 0.5  # it is spinning now
+    engine.send_signal(signal.SIGKILL)
+    engine.wait()
+    gone_by = time.monotonic() + 10
+    while time.monotonic() < gone_by and _alive(worker):
+        time.sleep(0.2)
+    assert not _alive(worker), "the worker outlived its engine"

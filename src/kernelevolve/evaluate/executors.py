@@ -5,9 +5,9 @@
   with several (`devices = "auto"` on a multi-GPU machine, or "0,1"), one pool per device, each
   candidate sent to the device with the fewest evaluations in flight. Each device's workers have their
   own compile caches and the device's lease, so two timings never share a GPU.
-- `ray`: evaluation requests as tasks on a Ray cluster (`kernelevolve.evaluate.ray_executor`, the
-  `ray` extra). Each task runs the same pool on the node Ray placed it on; the verdicts are the same
-  values.
+- `ray`: evaluation requests sent to actors on a Ray cluster (`kernelevolve.evaluate.ray_executor`,
+  the `ray` extra), one per GPU (`num_gpus=1`). Each actor runs the same pool on the node Ray placed
+  it on; the verdicts are the same values.
 
 Executors register by name (`register_executor`), so a test or a plugin adds its own the way
 synthesizers and model providers do.

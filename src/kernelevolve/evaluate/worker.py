@@ -12,6 +12,9 @@ Life of a worker (`python -m kernelevolve.evaluate.worker`):
    baselines alone; on `profile`: measure the hardware profile;
 4. exit without running the candidate's atexit handlers or destructors (`os._exit`).
 
+A watcher thread ends the worker and its process group the moment the engine's end of the command
+pipe closes (the engine killed or crashed), so no orphan outlives the run that started it.
+
 A worker never evaluates a second candidate: whatever the first did to the process dies with it.
 Threat model: see `sandbox.py` (network, writes, process limits), `guards.py` and `runtime.py` (what a
 candidate may do).
@@ -23,7 +26,10 @@ import argparse
 import contextlib
 import faulthandler
 import os
+import select
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -269,6 +275,19 @@ def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: 
             other.compiled = None
 
 
+def _end_with_engine(cmd_fd: int) -> None:
+    """Watch the engine's end of the command pipe; once it is closed (the engine was killed or
+    crashed), end this worker and everything in its process group at once. Otherwise an orphan running
+    a kernel that never ends would keep the CPU, a device and its lease until its CPU-time limit, and
+    the resumed run would wait behind it."""
+    poller = select.poll()
+    poller.register(cmd_fd, 0)  # hang-ups and errors are reported whatever is asked for
+    while True:
+        for _, events in poller.poll():
+            if events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                os.killpg(0, signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="kernelevolve-worker")
     parser.add_argument("--cmd-fd", type=int, required=True)
@@ -299,6 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     faulthandler.enable(all_threads=True)
     for fd in (args.cmd_fd, args.res_fd):  # programs a candidate might exec never hold our channel
         os.set_inheritable(fd, False)
+    threading.Thread(target=_end_with_engine, args=(args.cmd_fd,), daemon=True, name="engine-watch").start()
     chan = Channel(args.cmd_fd, args.res_fd)
     msg = chan.recv()
     if msg is None or msg.get("op") != "prepare":
