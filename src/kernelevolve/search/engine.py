@@ -83,7 +83,9 @@ def storage_failed(exc: BaseException) -> bool:
     SQLITE_IOERR ("disk I/O error", what it reports for EFBIG and EIO), or ENOSPC, EDQUOT, EFBIG or EIO
     from the OS. Not the run's fault, and nothing a retry in this process would mend."""
     seen: BaseException | None = exc
-    while seen is not None:
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
         if isinstance(seen, sqlite3.OperationalError) and (
             "is full" in str(seen) or "I/O error" in str(seen)
         ):
