@@ -67,7 +67,7 @@ class DrawnVerdicts:
             LEDGER.started[label] = LEDGER.tick()
             LEDGER.inflight += 1
             LEDGER.peak = max(LEDGER.peak, LEDGER.inflight)
-        time.sleep(random.uniform(0.0, 0.05))
+        time.sleep(random.uniform(0.05, 0.25))  # longer than a proposal takes, even on a loaded VM
         digest = hashlib.sha256(source.encode()).digest()
         spec = self.request.spec
         base = {"candidate": label, "candidate_hash": digest.hex(), "spec": spec.name,
@@ -105,7 +105,7 @@ def test_twelve_expansions_in_flight_keep_the_tree_whole(tmp_path: Path) -> None
     assert all(n["state"] in ("evaluated", "failed") for n in nodes)
     spent = [n for n in nodes if n["status"] not in ("exhausted", "unavailable")]
     assert len(spent) == budget, summary["stop_reason"]
-    assert LEDGER.peak >= 6, LEDGER.peak  # the expansions did overlap
+    assert LEDGER.peak >= 4, LEDGER.peak  # the expansions did overlap (11-12 idle, 7 on a loaded VM)
     searched = {k: v for k, v in LEDGER.calls.items() if not k.endswith("-final.py")}
     assert all(c == 1 for c in searched.values()), [k for k, c in searched.items() if c > 1]
     evaluated = [n for n in nodes if n["state"] == "evaluated"]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kernelevolve.config import Settings, parse_devices
-from kernelevolve.errors import WorkspaceError
+from kernelevolve.errors import HarnessError, WorkspaceError
 from kernelevolve.evaluate.pool import EvaluatorPool, Event
 from kernelevolve.evaluate.verdict import Verdict
 from kernelevolve.platforms import Platform
@@ -132,6 +132,36 @@ def split(workers: int, devices: list[int]) -> list[tuple[int, int]]:
     return [(d, w) for d, w in zip(devices, shares, strict=True) if w > 0]
 
 
+class LeastLoaded:
+    """Evaluations in flight per slot (a device, an actor): `take` counts one in on the least loaded
+    slot (the lowest index on a tie) and returns it; `give` counts it out. Thread-safe."""
+
+    def __init__(self, slots: int = 0):
+        self._counts = [0] * slots
+        self._lock = threading.Lock()
+
+    def reset(self, slots: int) -> None:
+        with self._lock:
+            self._counts = [0] * slots
+
+    def take(self) -> int:
+        with self._lock:
+            if not self._counts:
+                raise HarnessError("the evaluator is closed")
+            slot = min(range(len(self._counts)), key=lambda k: (self._counts[k], k))
+            self._counts[slot] += 1
+            return slot
+
+    def give(self, slot: int) -> None:
+        with self._lock:
+            if slot < len(self._counts):
+                self._counts[slot] -= 1
+
+    def counts(self) -> list[int]:
+        with self._lock:
+            return list(self._counts)
+
+
 class DevicePools:
     """One `EvaluatorPool` per device behind one `evaluate_one`. A candidate goes to the device with
     the fewest evaluations in flight (the lowest index on a tie); its verdict's numbers all come from
@@ -155,8 +185,7 @@ class DevicePools:
             )
             pool.graphs = graphs
             self.pools.append(pool)
-        self._inflight = [0] * len(self.pools)
-        self._lock = threading.Lock()
+        self._load = LeastLoaded(len(self.pools))
 
     def __enter__(self) -> DevicePools:
         started: list[EvaluatorPool] = []
@@ -182,19 +211,15 @@ class DevicePools:
         shapes: list[str] | None = None,
         timing_budget_s: float | None = None,
     ) -> Verdict:
-        with self._lock:
-            i = min(range(len(self.pools)), key=lambda k: (self._inflight[k], k))
-            self._inflight[i] += 1
+        i = self._load.take()
         try:
             return self.pools[i].evaluate_one(source, label, shapes=shapes, timing_budget_s=timing_budget_s)
         finally:
-            with self._lock:
-                self._inflight[i] -= 1
+            self._load.give(i)
 
     def in_flight(self) -> dict[int, int]:
         """Evaluations in flight per device index."""
-        with self._lock:
-            return dict(zip(self.devices, self._inflight, strict=True))
+        return dict(zip(self.devices, self._load.counts(), strict=True))
 
 
 def _device_cache(trusted: Path | None, device: int) -> Path | None:

@@ -51,7 +51,7 @@ from typing import Any
 
 from kernelevolve.config import Settings
 from kernelevolve.errors import HarnessError, KernelevolveError, SpecError, WorkspaceError
-from kernelevolve.evaluate.executors import Executor, Request, register_executor
+from kernelevolve.evaluate.executors import Executor, LeastLoaded, Request, register_executor
 from kernelevolve.evaluate.pool import EvaluatorPool, candidate_hash
 from kernelevolve.evaluate.verdict import Status, Verdict
 from kernelevolve.platforms import Platform, get_platform
@@ -264,8 +264,8 @@ class RayEvaluator:
     def __init__(self, request: Request):
         self.request = request
         self.actors: list[Any] = []  # Ray actor handles; a replaced actor takes its slot
-        self._inflight: list[int] = []
-        self._lock = threading.Lock()
+        self._load = LeastLoaded()
+        self._lock = threading.Lock()  # guards `actors` while one is replaced
         self._connected = False
         s = request.settings
         self.per_actor = workers_per_actor(request.platform.name)
@@ -286,7 +286,7 @@ class RayEvaluator:
             else:
                 count = min(wanted, max(1, int(ray.cluster_resources().get("CPU", 1))))
             self.actors = [self._new_actor() for _ in range(count)]
-            self._inflight = [0] * count
+            self._load.reset(count)
             self._wait_ready(self.actors)
         except BaseException:
             self.__exit__()
@@ -295,6 +295,7 @@ class RayEvaluator:
 
     def __exit__(self, *exc: object) -> None:
         actors, self.actors = self.actors, []
+        self._load.reset(0)  # from now on, a request is told the evaluator is closed
         if actors:
             try:
                 ray.get([a.close.remote() for a in actors], timeout=60)
@@ -352,17 +353,11 @@ class RayEvaluator:
         timing_budget_s: float | None = None,
     ) -> Verdict:
         self._event("start", label, None)
-        with self._lock:
-            if not self.actors:
-                raise HarnessError("the Ray evaluator is closed")
-            slot = min(range(len(self.actors)), key=lambda k: (self._inflight[k], k))
-            self._inflight[slot] += 1
+        slot = self._load.take()  # a HarnessError once the evaluator is closed
         try:
             verdict = self._evaluate(slot, source, label, shapes, timing_budget_s)
         finally:
-            with self._lock:
-                if slot < len(self._inflight):
-                    self._inflight[slot] -= 1
+            self._load.give(slot)
         self._event("done", label, verdict)
         return verdict
 
@@ -415,8 +410,7 @@ class RayEvaluator:
 
     def in_flight(self) -> list[int]:
         """Evaluations in flight per actor."""
-        with self._lock:
-            return list(self._inflight)
+        return self._load.counts()
 
 
 def _kill(actor: Any) -> None:
