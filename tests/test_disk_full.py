@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 
 from kernelevolve.errors import HarnessError
-from kernelevolve.search.engine import storage_failed
-from kernelevolve.store import Workspace
+from kernelevolve.store import Workspace, storage_failed
 from tests.conftest import SPECS
 from tests.test_search_e2e import FAST_ENV, cli
 

@@ -24,7 +24,6 @@ Deliberately not here: how candidates are written (`kernelevolve.synth`), how th
 from __future__ import annotations
 
 import dataclasses
-import errno
 import random
 import sqlite3
 import tempfile
@@ -53,7 +52,7 @@ from kernelevolve.search.policies import SELECT, SearchConfig
 from kernelevolve.search.tools import EngineTools, RunLock, describe_verdict, dispatch_table, snippet
 from kernelevolve.search.tree import Tree
 from kernelevolve.spec import Spec
-from kernelevolve.store import Workspace
+from kernelevolve.store import Workspace, storage_failed
 from kernelevolve.synth.base import Proposal, Synthesizer, Task
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -76,24 +75,6 @@ class EngineContext:
     trusted_cache: Path | None
     out_dir: Path
     shapes: list[str] | None = None  # evaluate only these spec shapes (tuning one shape)
-
-
-def storage_failed(exc: BaseException) -> bool:
-    """Whether `exc` (or what caused it) is the disk refusing a write: SQLite's SQLITE_FULL or
-    SQLITE_IOERR ("disk I/O error", what it reports for EFBIG and EIO), or ENOSPC, EDQUOT, EFBIG or EIO
-    from the OS. Not the run's fault, and nothing a retry in this process would mend."""
-    seen: BaseException | None = exc
-    visited: set[int] = set()
-    while seen is not None and id(seen) not in visited:
-        visited.add(id(seen))
-        if isinstance(seen, sqlite3.OperationalError) and (
-            "is full" in str(seen) or "I/O error" in str(seen)
-        ):
-            return True
-        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def _spent(tree: Tree) -> int:

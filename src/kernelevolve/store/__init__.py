@@ -5,6 +5,7 @@ importing this package never imports torch.
 """
 
 from kernelevolve.store.blobs import BlobStore
+from kernelevolve.store.errors import storage_failed
 from kernelevolve.store.workspace import Workspace
 
-__all__ = ["BlobStore", "Workspace"]
+__all__ = ["BlobStore", "Workspace", "storage_failed"]
