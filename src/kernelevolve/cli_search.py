@@ -68,7 +68,7 @@ def _search_progress(state: dict[str, Any] | None = None) -> Any:
         elif event == "stop":
             err.print(f"[bold]stopping:[/] {escape(data['reason'])}")
         elif event == "retry":
-            err.print(f"[yellow]node {data['node']}: {escape(data['reason'][:300])}[/]")
+            err.print(f"[yellow]{escape(data['label'])}: {escape(data['reason'][:300])}[/]")
         elif event == "remeasure":
             err.print(f"[dim]re-measuring node {data['node']} in a fresh worker[/]")
         elif event == "warm_start":

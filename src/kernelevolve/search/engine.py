@@ -422,9 +422,8 @@ class Engine:
     def _pool_event(self, event: str, label: str, detail: Any) -> None:
         if event == "phase":
             self.emit("phase", {"label": label, "phase": detail})
-        elif event == "retry":
-            node = label.removeprefix("node-").split(".")[0].split("-")[0]
-            self.emit("retry", {"label": label, "node": node, "reason": detail})
+        elif event == "retry":  # the label names what was retried (a node, a final re-measurement)
+            self.emit("retry", {"label": label, "reason": detail})
 
     # -- the end ------------------------------------------------------------------------------------
 
