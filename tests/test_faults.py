@@ -111,8 +111,11 @@ def test_kernel_that_never_ends_times_out(fault_pool: EvaluatorPool) -> None:
         _lib.spin_forever()
         return x
 """
+    t0 = time.monotonic()
     v = fault_pool.evaluate_one(candidate(forward), "spin.py")
-    assert v.status == Status.TIMEOUT
+    # The first call is its own phase under the run limit (8 s here), not the compile limit (15 s).
+    assert v.status == Status.TIMEOUT and "running (phase first-run, limit 8 s)" in v.message, v.message
+    assert time.monotonic() - t0 < 15
 
 
 def test_segfault_is_a_crash(fault_pool: EvaluatorPool) -> None:
@@ -280,7 +283,7 @@ def test_a_worker_dies_with_its_engine(tmp_path: Path) -> None:
                                str(spin)], stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     assert engine.stdout is not None
     for line in engine.stdout:  # the engine's phase events: the candidate's first call is in this phase
-        if line.strip() == "phase compile":
+        if line.strip() == "phase first-run":
             break
     (worker,) = [pid for pid in descendants(engine.pid, include_zombies=False)
                  if b"kernelevolve.evaluate.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]  # fmt: skip

@@ -10,8 +10,11 @@ pytest -m gpu tests/test_faults_gpu.py
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,8 +52,30 @@ def test_an_illegal_address_is_the_candidates_alone(pool: EvaluatorPool) -> None
 
 def test_a_gpu_kernel_that_never_ends_times_out(pool: EvaluatorPool) -> None:
     v = pool.evaluate_one(fault_source("hang", gpu=True, node=2), "spin.py")
-    assert v.status == Status.TIMEOUT, v.message
+    # stopped at the run limit (20 s here), not the compile limit (90 s): its first launch began the run
+    assert v.status == Status.TIMEOUT and "phase first-run, limit 20 s" in v.message, v.message
     _healthy(pool)
+
+
+def test_a_hanging_first_run_holds_the_device(tmp_path: Path) -> None:
+    """The spinning kernel holds the device lease: the candidate beside it waits for the lease
+    instead of being timed while the spin occupies the GPU."""
+    spinning = threading.Event()
+
+    def on_event(event: str, label: str, detail: Any) -> None:
+        if event == "phase" and label == "spin.py" and detail == "first-run":
+            spinning.set()
+
+    settings = harness_settings(tmp_path, "cuda", run_timeout_s=15, workers=2, spares=2)
+    spec, cuda = load_spec(SPECS / "softmax.py"), get_platform("cuda")
+    with EvaluatorPool(spec, cuda, settings, on_event=on_event) as two, ThreadPoolExecutor(1) as ex:
+        hang = ex.submit(two.evaluate_one, fault_source("hang", gpu=True, node=4), "spin.py")
+        assert spinning.wait(120), "the spinning candidate never reached its first run"
+        honest = two.evaluate_one(TRITON_SOFTMAX, "honest.py")
+        v = hang.result()
+    assert v.status == Status.TIMEOUT and "phase first-run, limit 15 s" in v.message, v.message
+    assert honest.status == Status.OK and honest.correct, honest.message
+    assert honest.phases.get("lease", 0.0) > 5.0, honest.phases  # it waited for the spin to be killed
 
 
 def test_device_memory_past_the_limit_is_a_verdict(pool: EvaluatorPool) -> None:

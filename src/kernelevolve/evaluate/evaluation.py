@@ -2,9 +2,13 @@
 
 Phases (each announced to the parent, which applies that phase's timeout):
 - `compile`: write the candidate's source (sent by the parent, the same text the static guards read)
-  into the worker's directory, import it, build `ModelNew` per shape with the reference's weights,
-  and call it once per shape on warm-up inputs: Triton and native code compile on first use, so
-  compile errors surface here. No device lease is held: another candidate may be timed meanwhile.
+  into the worker's directory, import it, and build `ModelNew` per shape with the reference's weights.
+  No device lease is held: another candidate may be timed meanwhile.
+- `first-run`: call each shape's model once on warm-up inputs. Triton compiles on first use, so a
+  Triton candidate's first call starts in `compile` (compile errors surface there, still without the
+  lease) and moves to `first-run` at its first kernel launch (a launch hook); other kinds move before
+  the call. `first-run` holds the device lease and runs under the run limit: a kernel that never ends
+  is stopped at `run_timeout_s`, and never runs beside another candidate's timing.
 - `lease`: wait for the device lease (not timed against the candidate).
 - `correctness`: every shape x seed x distribution. Before each call the allocator is poisoned (blocks
   of the outputs' sizes filled with NaN and freed), inputs are cloned, and the call runs under the op
@@ -17,12 +21,14 @@ Then speedups, the roofline, and the suspicious checks make the verdict.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +50,6 @@ COMPILE_ERRORS = (
     "NativeCompileError",
 )
 BACKWARD_GLUE = {"aten.add", "aten.add_"}  # the autograd engine accumulates gradients with these
-
-
-def device_lease_key(state: Prepared) -> str:
-    return f"{state.platform.name}-{state.device.index or 0}"
 
 
 class Failed(Exception):
@@ -162,7 +164,8 @@ class _Evaluation:
         self._phase_name = name
 
     def end_phase(self) -> None:
-        self.phases[self._phase_name] = round(time.perf_counter() - self._phase_start, 4)
+        spent = time.perf_counter() - self._phase_start
+        self.phases[self._phase_name] = round(self.phases.get(self._phase_name, 0.0) + spent, 4)
 
     def run(self) -> None:
         exclusive = self.state.platform.exclusive
@@ -170,9 +173,8 @@ class _Evaluation:
             self.take_lease()
         self.phase("compile")
         self.compile()
+        self.first_calls()
         self.end_phase()
-        if not exclusive:
-            self.take_lease()
         self.phase("correctness")
         self.correctness()
         self.end_phase()
@@ -189,8 +191,43 @@ class _Evaluation:
         from kernelevolve.evaluate.lease import DeviceLease
 
         self.phase("lease")
-        self.lease = DeviceLease(device_lease_key(self.state)).acquire()
+        self.lease = DeviceLease(self.state.lease_key).acquire()
         self.end_phase()
+
+    def start_first_run(self) -> None:
+        """Enter `first-run` (taking the lease if it is not held); a no-op once there."""
+        if self._phase_name == "first-run":
+            return
+        self.end_phase()
+        if self.lease is None:
+            self.take_lease()
+        self.phase("first-run")
+
+    @contextlib.contextmanager
+    def _first_launch_starts_run(self) -> Iterator[None]:
+        """Triton compiles inside the call, before its launch: enter `first-run` at the first launch.
+
+        Without Triton's launch hooks (an old Triton) the call starts in `first-run`, compile included.
+        A candidate that removes the hook only keeps its first launch in `compile`: the lease is taken
+        after the call, before correctness, as it is for every candidate."""
+        try:
+            from triton import knobs
+
+            chain = knobs.runtime.launch_enter_hook
+            chain.add  # noqa: B018 - a HookChain (Triton >= 3.4)
+        except Exception:
+            self.start_first_run()
+            yield
+            return
+
+        def hook(*_: Any) -> None:
+            self.start_first_run()
+
+        chain.add(hook)
+        try:
+            yield
+        finally:
+            chain.remove(hook)
 
     def compile(self) -> None:
         workdir = Path.cwd()
@@ -217,7 +254,6 @@ class _Evaluation:
                 "the candidate defines no ModelNew",
                 [Violation("no-modelnew", "ModelNew missing")],
             )
-        torch = self.torch
         for st in self.shapes:
             try:
                 model = make_model(self.spec, self.state.module, cls, st.shape, self.state.device)
@@ -234,15 +270,36 @@ class _Evaluation:
                     "so their gradients can be checked",
                 )
             self.models[st.shape.name] = model
+        self._check_integrity()
+
+    def first_calls(self) -> None:
+        """One call per shape on warm-up inputs; ends in `first-run` with the device lease held."""
+        torch = self.torch
+        for k, st in enumerate(self.shapes):
+            if k and not self.state.platform.exclusive:  # the next shape compiles without the lease
+                self.end_phase()
+                self.lease.release()
+                self.lease = None
+                self.phase("compile")
             warm = make_inputs(self.spec, self.state.module, st.shape, 99, "spec", self.state.device)
+            if self.kind == "triton":
+                starts: Any = self._first_launch_starts_run()
+            else:  # native code compiled when it was loaded, at import or construction
+                self.start_first_run()
+                starts = contextlib.nullcontext()
             try:
-                forward_backward(
-                    model, trainable_inputs(warm, torch, self.spec.backward), st.grad_outputs, torch
-                )
-                self.sync()
+                with starts:
+                    forward_backward(
+                        self.models[st.shape.name],
+                        trainable_inputs(warm, torch, self.spec.backward),
+                        st.grad_outputs,
+                        torch,
+                    )
+                    self.sync()
             except BaseException as exc:
                 status, message = classify(exc, "compile", self.file)
                 raise Failed(status, f"first call at shape {st.shape.name!r}: {message}") from None
+            self.start_first_run()
         self._check_integrity()
         self._check_processes()
 
@@ -341,6 +398,8 @@ class _Evaluation:
             plan = dataclasses.replace(plan, budget_s=float(self.msg["timing_budget_s"]))
         m = self.verdict.method
         m.timer, m.l2, m.interleaved, m.warmup = self.state.timer.name, self.state.timer.l2, True, plan.warmup
+        if self.state.timer.note:
+            m.notes.append(self.state.timer.note)
         for k, (st, result) in enumerate(zip(self.shapes, self.verdict.shapes, strict=True)):
             pinned = (self.msg.get("graphs") or {}).get(st.shape.name)
             timing = self._time_shape(st, dataclasses.replace(plan, seed=5000 + k, graphs=pinned))
@@ -547,7 +606,7 @@ def time_baselines(state: Prepared, msg: dict[str, Any], chan: Channel) -> list[
     plan = TimingPlan.from_settings(state.settings, allow_graphs, checked=False)
     chan.send("phase", phase="lease")
     out = []
-    with DeviceLease(device_lease_key(state)):
+    with DeviceLease(state.lease_key):
         chan.send("phase", phase="timing")
         for k, st in enumerate(state.shapes):
             models = [("eager", st.reference)] + (

@@ -108,7 +108,7 @@ class WorkerHandle:
             "--memory-bytes", str(memory), "--cpu-seconds", str(cpu_seconds),
         ]  # fmt: skip
         if self.platform.exclusive:
-            argv += ["--lease", f"{self.platform.name}-{self.device_index}"]
+            argv += ["--lease", self.platform.lease_key(self.device_index)]
         # The sandbox's own layers (sandbox.confine): writes only beneath this directory, no network.
         argv += ["--workdir", str(self.dir)]
         if not s.sandbox_network:
@@ -135,6 +135,9 @@ class WorkerHandle:
             spec_path=str(self.spec_path.resolve()) if self.spec_path else None,  # the worker runs elsewhere
             platform=self.platform.name,
             device_index=self.device_index,
+            # Named here, where the candidate cannot reach: the worker's environment and PATH are
+            # the candidate's to change once it is imported.
+            lease_key=self.platform.lease_key(self.device_index),
             precision=self.precision,
             gpu_memory_fraction=self.gpu_memory_fraction,
             settings=self.settings.to_dict(),
@@ -214,7 +217,12 @@ class WorkerHandle:
     def run_job(self, op: str, payload: dict[str, Any], on_phase: Any = None) -> Outcome:
         """Send one job and watch it to its end under the phase timeouts."""
         s = self.settings
-        limits = {"compile": s.compile_timeout_s, "lease": NO_LIMIT, "correctness": s.run_timeout_s}
+        limits = {
+            "compile": s.compile_timeout_s,
+            "lease": NO_LIMIT,
+            "first-run": s.run_timeout_s,
+            "correctness": s.run_timeout_s,
+        }
         self.send(op, **payload)
         phase, deadline = "start", time.monotonic() + s.compile_timeout_s
         while True:

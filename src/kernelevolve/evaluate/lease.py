@@ -2,7 +2,8 @@
 
 A lease is an exclusive `flock` on a file named after the device, in a directory shared by every
 kernelevolve process of this user (`$TMPDIR/kernelevolve-<uid>/leases`). Compilation needs no lease,
-so one candidate compiles while another is timed. The kernel drops the lock when its holder dies, so a
+so one candidate compiles while another is timed; a candidate's first run on the device, its
+correctness trials and its timing hold it. The kernel drops the lock when its holder dies, so a
 killed worker can never leave a device locked.
 """
 

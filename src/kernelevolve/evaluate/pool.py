@@ -4,7 +4,7 @@ Start-up (python + torch + the device, ~4 s on a GPU machine; the reference outp
 torch.compile baseline on top) never sits on a candidate's critical path: the pool keeps `spares`
 workers preparing ahead of need, and starts a replacement the moment one is taken. With `workers` > 1,
 candidates are evaluated concurrently; their compile phases overlap while the device lease keeps their
-correctness and timing phases one at a time per device.
+first runs, correctness and timing phases one at a time per device.
 
 `evaluate_one` returns a `Verdict` for anything a candidate does. It raises only for what is not the
 candidate's fault and would fail every candidate: a bad spec (`SpecError`) or a harness that cannot
