@@ -372,6 +372,37 @@ def test_leases_on_other_devices_do_not_block(tmp_path: Path) -> None:
     assert (tmp_path / "cuda0.lock").exists() and (tmp_path / "cuda1.lock").exists()
 
 
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# answers `nvidia-smi --query-gpu=uuid --format=csv,noheader -i N` for a machine of 4 GPUs
+for last; do :; done
+echo "GPU-0000000$last-fake"
+"""
+
+
+def test_gpu_leases_name_the_physical_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes that see the same GPU under different indices (CUDA_VISIBLE_DEVICES=2,3 and a
+    Ray actor's =3) take the same lease for it; different GPUs, different leases."""
+    from kernelevolve.platforms import get_platform
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_NVIDIA_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    cuda = get_platform("cuda")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    engine_side = [cuda.lease_key(0), cuda.lease_key(1)]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    actor_side = cuda.lease_key(0)
+    assert engine_side == ["cuda-GPU-00000002-fake", "cuda-GPU-00000003-fake"]
+    assert actor_side == engine_side[1]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc,MIG-def")  # UUIDs are taken as they are
+    assert [cuda.lease_key(0), cuda.lease_key(1)] == ["cuda-GPU-abc", "cuda-MIG-def"]
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no nvidia-smi: by index, as before
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    assert cuda.lease_key(0) == "cuda-0"
+    assert get_platform("cpu").lease_key(1) == "cpu-1"
+
+
 def test_lease_is_freed_when_its_holder_dies(tmp_path: Path) -> None:
     hold = TAKE_LEASE + "    time.sleep(120)\n"
     holder = subprocess.Popen(

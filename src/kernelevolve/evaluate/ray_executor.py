@@ -133,14 +133,15 @@ class EvalActor:
         _restore_thread_count()
         gpus = [str(g) for g in ray.get_gpu_ids()] if platform_name in GPU_PLATFORMS else []
         if gpus:
-            # Every actor's device is its index 0, and leases are named by index: actors on one node
-            # would share one lease across different GPUs. Each GPU gets its own lease directory.
+            self.where += f", GPU {','.join(gpus)}"
+        if gpus and platform.lease_key(0) == f"{platform.name}-0":
+            # Every actor's device is its index 0; where no UUID names the lease (ROCm), actors on
+            # one node would share one lease across different GPUs. Each GPU gets its own directory.
             from kernelevolve.evaluate.lease import lease_dir
 
             own = lease_dir() / f"ray-gpu{'-'.join(gpus)}"
             own.mkdir(parents=True, exist_ok=True)
             os.environ["KERNELEVOLVE_LEASE_DIR"] = str(own)
-            self.where += f", GPU {','.join(gpus)}"
         known = {f.name for f in dataclasses.fields(Settings)}
         fields = {k: v for k, v in settings.items() if k in known and k != "workspace"}
         local = Settings(**{

@@ -71,6 +71,7 @@ class Prepared:
     baseline_errors: dict[str, str] = field(default_factory=dict)
     launches: Any = None
     timer: Any = None
+    lease_key: str = ""  # the device lease's name (`Platform.lease_key`), given by the engine
 
 
 def flatten(out: Any) -> list[Any]:
@@ -145,6 +146,7 @@ def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
             "versions": versions,
             "kernelevolve": kernelevolve.__version__,
         },
+        lease_key=msg.get("lease_key") or platform.lease_key(device.index or 0),
     )
     launches = LaunchCounter()
     launches.install()
@@ -198,7 +200,7 @@ def _gpu_lease(state: Prepared) -> Any:
         return contextlib.nullcontext()
     from kernelevolve.evaluate.lease import DeviceLease
 
-    return DeviceLease(f"{state.platform.name}-{state.device.index or 0}")
+    return DeviceLease(state.lease_key)
 
 
 def _reference_cases(state: Prepared, st: ShapeState, probe: list[Any], cases: list[Any], torch: Any) -> None:

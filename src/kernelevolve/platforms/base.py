@@ -74,6 +74,12 @@ class Platform(ABC):
         """Devices of this platform on this machine, counted without initializing them."""
         return 1
 
+    def lease_key(self, index: int) -> str:
+        """The name of device `index`'s lease (`evaluate/lease.py`), read without initializing the
+        device. It must name the physical device, the same in every process whatever devices each
+        one sees, so that two timings never share a device."""
+        return f"{self.name}-{index}"
+
     def identity(self, index: int) -> dict[str, str | None]:
         """Device name and software versions, read without initializing the device (engine side):
         the key under which a hardware profile and cached baselines are stored."""

@@ -10,6 +10,8 @@ fractions of roofline are reported against.
 
 from __future__ import annotations
 
+import functools
+import os
 import subprocess
 from typing import Any, ClassVar
 
@@ -98,6 +100,12 @@ class CudaPlatform(Platform):
         free, _total = torch.cuda.mem_get_info(device)
         return int(free)
 
+    def lease_key(self, index: int) -> str:
+        """Named after the GPU's UUID: processes with different CUDA_VISIBLE_DEVICES (a Ray actor
+        sees its GPU as device 0) still agree on which lease is which GPU's."""
+        uuid = gpu_uuid(index, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return f"{self.name}-{uuid}" if uuid else super().lease_key(index)
+
     def identity(self, index: int) -> dict[str, str | None]:
         out = super().identity(index)
         out["device"], out["driver"] = _nvml_identity(index)
@@ -113,6 +121,29 @@ class CudaPlatform(Platform):
 
     def datasheet(self, device_name: str) -> tuple[float | None, dict[str, float]]:
         return cuda_datasheet(device_name)
+
+
+@functools.lru_cache(maxsize=64)
+def gpu_uuid(index: int, visible: str | None) -> str | None:
+    """The UUID of visible device `index` (`visible`: CUDA_VISIBLE_DEVICES), or None if unknown.
+
+    An entry of CUDA_VISIBLE_DEVICES that is a UUID already ("GPU-...", "MIG-...") is taken as it is;
+    a physical index is looked up with nvidia-smi, which numbers GPUs physically (no CUDA context)."""
+    entries = [e.strip() for e in visible.split(",") if e.strip()] if visible is not None else None
+    if entries is not None and index >= len(entries):
+        return None
+    physical = entries[index] if entries is not None else str(index)
+    if physical.startswith(("GPU-", "MIG-")):
+        return physical
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", physical],
+            capture_output=True, text=True, timeout=10, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.strip().splitlines()
+    return lines[0].strip() if lines and lines[0].strip().startswith(("GPU-", "MIG-")) else None
 
 
 def _nvml_identity(index: int) -> tuple[str | None, str | None]:

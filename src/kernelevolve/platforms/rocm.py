@@ -37,6 +37,11 @@ class RocmPlatform(CudaPlatform):
             return False, "no ROCm device visible to torch"
         return True, ""
 
+    def lease_key(self, index: int) -> str:
+        """By index (nvidia-smi's UUIDs do not apply): processes that see different ROCm devices
+        (HIP_VISIBLE_DEVICES) need a lease directory each (`KERNELEVOLVE_LEASE_DIR`)."""
+        return f"{self.name}-{index}"
+
     def target(self, device: Any) -> str:
         import torch
 

@@ -114,7 +114,7 @@ def _spawn(
         confine_child(work, network, filesystem)
 
     # The device lease keeps the profiled calls off the device while an evaluation is being timed.
-    lease = DeviceLease(f"{platform.name}-{settings.device}")
+    lease = DeviceLease(platform.lease_key(settings.device))
     lease.acquire()
     try:
         return _communicate(argv, work, platform, settings, limits)
