@@ -108,3 +108,41 @@ def test_graph_decision_follows_the_baselines_not_the_candidate(tmp_path: Path) 
         assert all(s.cuda_graphs for s in v.shapes)
         assert v.speedup_vs_eager is not None and v.speedup_vs_eager < 0.5
         assert pool.graphs == {s.name: True for s in v.shapes}  # pinned for the run's later candidates
+
+
+def test_host_launch_overhead_is_not_timed_as_device_time() -> None:
+    """A call whose host side takes 300 us before it launches a short kernel: the timer's hold keeps
+    the device busy meanwhile, so what is timed is the kernel; with the hold off (the control), the
+    host's 300 us land between the events."""
+    import statistics
+    import time
+
+    import torch
+
+    from kernelevolve.evaluate.lease import DeviceLease
+    from kernelevolve.evaluate.timing import CudaTimer
+
+    device = torch.device("cuda", 0)
+    timer = CudaTimer(device, torch.cuda.get_device_properties(device).L2_cache_size)
+    x = torch.randn(1 << 20, device=device)
+    y = torch.empty_like(x)
+
+    def slow_host() -> list[torch.Tensor]:
+        until = time.perf_counter() + 300e-6
+        while time.perf_counter() < until:
+            pass
+        return [torch.mul(x, 2.0, out=y)]
+
+    def median_time() -> float:
+        times = []
+        for _ in range(30):
+            timer.flush()
+            times.append(timer.time_call(slow_host, snapshot=False)[0])
+        return statistics.median(times[10:])
+
+    with DeviceLease(get_platform("cuda").lease_key(0)):  # no other process's timing beside ours
+        held = median_time()
+        timer.HOLD_MIN_S = timer.HOLD_MAX_S = 0.0
+        unheld = median_time()
+    assert held < 100e-6, (held, unheld)
+    assert unheld > 200e-6, (held, unheld)
