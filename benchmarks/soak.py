@@ -13,11 +13,15 @@ The engine, the executor and the pool are the product's, unchanged; only the syn
 At the end the script checks what the issue asks: the run ended by itself (no stuck run), nodes
 1..N all evaluated (no lost node), every fault got a failing verdict and every honest candidate a
 correct one, and no worker process outlived the run. It prints a short table last and writes a JSON
-record (`--out`).
+record (`--out`). Interrupted (SIGINT, a time limit), it says how to go on: `--resume RUN` with the
+same `--workspace` continues the run through the product's resume (no node lost, none evaluated
+twice, which the checks then cover across both segments); faults are told apart by their nodes'
+notes, so the plan survives the restart.
 
     PYTHONPATH=src python benchmarks/soak.py --candidates 500 --out benchmarks/results/soak.json
     PYTHONPATH=src python benchmarks/soak.py --spec tests/specs/softmax.py    # small shapes (a CPU soak)
     PYTHONPATH=src python benchmarks/soak.py --candidates 500 --devices 0,1 --executor ray
+    PYTHONPATH=src python benchmarks/soak.py --candidates 500 --workspace WS --resume RUN   # go on
 """
 
 from __future__ import annotations
@@ -110,6 +114,7 @@ class ModelNew(nn.Module):
 """
 
 C_CALLS = {"hang": "spin", "crash": "null_write", "oom": "hoard"}
+FAULT_NOTE = "soak fault: "
 
 
 def fault_source(kind: str, gpu: bool, node: int) -> str:
@@ -126,27 +131,38 @@ class Soak:
     def __init__(self, inner: Any, gpu: bool, seed: int = 0):
         self.inner, self.gpu, self.seed = inner, gpu, seed
         self.name = "soak"
-        self.planned: dict[int, str] = {}
         self.last_honest: str | None = None
 
     def propose(self, task: Task, tools: Tools) -> Proposal:
         rng = random.Random(f"{self.seed}:{task.node_id}")
         if rng.random() < FAULT_RATE:
             kind = rng.choice(sorted(C_CALLS))
-            self.planned[task.node_id] = kind
-            return Proposal(source=fault_source(kind, self.gpu, task.node_id), note=f"soak fault: {kind}")
+            return Proposal(source=fault_source(kind, self.gpu, task.node_id), note=FAULT_NOTE + kind)
         proposal = self.inner.propose(task, tools)
         if proposal.source is None:  # nothing new from the tuner: replay its last kernel, marked
             source = self.last_honest or _example(self.gpu)
-            self.planned[task.node_id] = "honest"
             return Proposal(source=f"{source}\n# soak node {task.node_id}: replayed\n", note="soak: replayed")
-        self.planned[task.node_id] = "honest"
         self.last_honest = proposal.source
         return proposal
 
 
 def _example(gpu: bool) -> str:
     return (SPEC.parent / ("triton_rowsoftmax.py" if gpu else "c_rowsoftmax.py")).read_text()
+
+
+def planned_kind(node: dict[str, Any]) -> str:
+    """What the soak put at this node: a fault's kind, or "honest" (from the node's stored note)."""
+    note = node.get("note") or ""
+    return note[len(FAULT_NOTE) :] if note.startswith(FAULT_NOTE) else "honest"
+
+
+def _segments(ws_root: Path, add: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    path = ws_root / "soak-segments.json"
+    segments = json.loads(path.read_text()) if path.exists() else []
+    if add is not None:
+        segments.append(add)
+        path.write_text(json.dumps(segments, indent=1) + "\n")
+    return segments
 
 
 def _workers_alive() -> int:
@@ -171,8 +187,11 @@ def main() -> int:
         "--run-timeout", type=float, default=20.0, help="seconds before a hanging kernel is killed"
     )
     ap.add_argument("--workspace", type=Path, default=None)
+    ap.add_argument("--resume", default=None, metavar="RUN", help="go on with this run (same --workspace)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    if args.resume and not args.workspace:
+        ap.error("--resume needs the --workspace the run was started in")
 
     ws_root = args.workspace or Path(tempfile.mkdtemp(prefix="kernelevolve-soak-"))
     plat = select("auto")
@@ -184,24 +203,37 @@ def main() -> int:
         suspicious_speedup=1000.0, skills=False, warm_start=False, profile="off",
     ).validate()  # fmt: skip
     search = SearchConfig(draft=4)
-    run_id = start(args.spec, settings, search, Limits(budget=args.candidates), SynthConfig("tuner"))
+    run_id = args.resume or start(
+        args.spec, settings, search, Limits(budget=args.candidates), SynthConfig("tuner")
+    )
     events: Counter[str] = Counter()
     t0 = time.monotonic()
     with Workspace.open(ws_root) as ws:
         engine = build_engine(ws, run_id, on_event=lambda e, d: events.update([e]))
-        soak = Soak(engine.synth, gpu)
-        engine.synth = soak
-        summary = engine.run()
-    wall = time.monotonic() - t0
+        engine.synth = Soak(engine.synth, gpu)
+        try:
+            summary = engine.run()
+        except KeyboardInterrupt:
+            summary = None
+        done = sum(n["state"] == "evaluated" for n in ws.nodes(run_id))
+    _segments(
+        ws_root, {"wall_s": round(time.monotonic() - t0, 1), "nodes": done, "retries": events.get("retry", 0)}
+    )
+    if summary is None:
+        print(f"interrupted with {done} nodes evaluated; go on with: python benchmarks/soak.py --candidates "
+              f"{args.candidates} --workspace {ws_root} --resume {run_id} --out ...")  # fmt: skip
+        return 3
+    segments = _segments(ws_root)
+    wall = sum(x["wall_s"] for x in segments)
     leftover = _workers_alive()
 
     with Workspace.open(ws_root) as ws:
         nodes = ws.nodes(run_id)
     ids = [n["id"] for n in nodes]
-    planned = soak.planned
-    status = Counter(f"{planned.get(n['id'], '?')}:{n['status']}" for n in nodes)
-    faults = [n for n in nodes if planned.get(n["id"]) in C_CALLS]
-    honest = [n for n in nodes if planned.get(n["id"]) == "honest"]
+    planned = {n["id"]: planned_kind(n) for n in nodes}
+    status = Counter(f"{planned[n['id']]}:{n['status']}" for n in nodes)
+    faults = [n for n in nodes if planned[n["id"]] in C_CALLS]
+    honest = [n for n in nodes if planned[n["id"]] == "honest"]
     checks = {
         "ended by itself": summary["stop_reason"].startswith("candidate budget reached"),
         "nodes 1..N, none lost or duplicated": ids == list(range(1, len(nodes) + 1)) and len(nodes) == args.candidates,
@@ -219,7 +251,8 @@ def main() -> int:
         "executor": args.executor, "devices": args.devices, "workers": engine.ctx.settings.workers,
         "candidates": len(nodes), "faults": dict(Counter(planned[n["id"]] for n in faults)),
         "statuses": dict(sorted(status.items())), "wall_s": round(wall, 1),
-        "candidates_per_min": round(len(nodes) / wall * 60, 1), "retries": events.get("retry", 0),
+        "candidates_per_min": round(len(nodes) / wall * 60, 1), "segments": segments,
+        "retries": sum(x["retries"] for x in segments),
         "stop_reason": summary["stop_reason"], "checks": checks, "run_id": run_id, "workspace": str(ws_root),
         "best_speedup_vs_eager": summary.get("best_speedup_vs_eager"), "example_ok_node": info and info["id"],
     }  # fmt: skip
@@ -229,7 +262,9 @@ def main() -> int:
     print(f"\n| soak | {plat.name}, executor {args.executor}, {record['workers']} workers |")
     print("| --- | --- |")
     print(f"| candidates | {len(nodes)} ({len(faults)} faulty: {record['faults']}) |")
-    print(f"| wall | {wall:.0f} s ({record['candidates_per_min']} candidates/min) |")
+    print(
+        f"| wall | {wall:.0f} s in {len(segments)} segment(s) ({record['candidates_per_min']} candidates/min) |"
+    )
     for name, ok in checks.items():
         print(f"| {name} | {'yes' if ok else 'NO'} |")
     return 0 if all(checks.values()) else 1
