@@ -1,7 +1,7 @@
 """Executor throughput on GPUs: candidates per minute with 1 and 2 GPUs, local and Ray executors, and
 how busy the GPUs were while it ran.
 
-Each configuration evaluates the same 40 candidates (the twenty Triton softmax variants of
+Each configuration evaluates the same 40 candidates (`--count`; the twenty Triton softmax variants of
 `softmax_variants.py`, twice, the second time marked so each is a distinct evaluation) through the
 product's executor (`open_evaluator`), with `workers` = 2 per GPU and as many in flight. The GPU busy
 fraction is NVML's utilization (the share of time a kernel was running), sampled by `nvidia-smi`
@@ -78,10 +78,11 @@ class Utilization:
         return {d: (sum(s) / len(s) / 100 if s else None) for d, s in self.samples.items()}
 
 
-def sources(tmp: Path) -> list[tuple[str, str]]:
+def sources(tmp: Path, count: int) -> list[tuple[str, str]]:
     paths = softmax_variants.write(tmp / "variants")
     first = [(p.read_text(), p.name) for p in paths]
-    return first + [(f"{src}\n# again\n", f"again-{name}") for src, name in first]
+    items = first + [(f"{src}\n# again\n", f"again-{name}") for src, name in first]
+    return items[:count]
 
 
 def measure(executor: str, devices: list[int], settings: Settings, profile: dict[str, Any],
@@ -115,6 +116,7 @@ def measure(executor: str, devices: list[int], settings: Settings, profile: dict
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ray", action="store_true", help="also the Ray executor (a local Ray instance)")
+    ap.add_argument("--count", type=int, default=40, help="candidates per configuration (at most 40)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     import torch
@@ -129,7 +131,7 @@ def main() -> int:
     ).validate()
     with Workspace.open(settings.workspace) as ws:
         profile, _ = hardware_profile(get_platform("cuda"), settings, ws)
-    items = sources(tmp)
+    items = sources(tmp, args.count)
     rows = [
         measure("local", [0], settings, profile, items),
         measure("local", [0, 1], settings, profile, items),

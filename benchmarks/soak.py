@@ -181,6 +181,7 @@ def main() -> int:
     ap.add_argument("--candidates", type=int, default=500)
     ap.add_argument("--spec", type=Path, default=SPEC, help="a softmax spec (the example's by default)")
     ap.add_argument("--workers", type=int, default=0, help="candidates evaluated at once (0: auto)")
+    ap.add_argument("--spares", type=int, default=1, help="workers kept preparing ahead of need")
     ap.add_argument("--devices", default="auto")
     ap.add_argument("--executor", default="local")
     ap.add_argument(
@@ -197,7 +198,7 @@ def main() -> int:
     plat = select("auto")
     gpu = plat.name in ("cuda", "rocm")
     settings = Settings(
-        workspace=ws_root, devices=args.devices, executor=args.executor, workers=args.workers,
+        workspace=ws_root, devices=args.devices, executor=args.executor, workers=args.workers, spares=args.spares,
         baselines=["eager"], fitness_baseline="eager", timing_budget_s=0.1, min_trials=10, max_trials=60,
         run_timeout_s=args.run_timeout, compile_timeout_s=120, memory_limit_gb=4 if not gpu else 16,
         suspicious_speedup=1000.0, skills=False, warm_start=False, profile="off",
@@ -215,11 +216,14 @@ def main() -> int:
             summary = engine.run()
         except KeyboardInterrupt:
             summary = None
-        done = sum(n["state"] == "evaluated" for n in ws.nodes(run_id))
+        so_far = ws.nodes(run_id)
+        done = sum(n["state"] == "evaluated" for n in so_far)
     _segments(
         ws_root, {"wall_s": round(time.monotonic() - t0, 1), "nodes": done, "retries": events.get("retry", 0)}
     )
     if summary is None:
+        seen = Counter(f"{planned_kind(n)}:{n['status']}" for n in so_far if n["state"] == "evaluated")
+        print(json.dumps({"evaluated": done, "statuses": dict(sorted(seen.items()))}))
         print(f"interrupted with {done} nodes evaluated; go on with: python benchmarks/soak.py --candidates "
               f"{args.candidates} --workspace {ws_root} --resume {run_id} --out ...")  # fmt: skip
         return 3

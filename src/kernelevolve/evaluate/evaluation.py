@@ -207,27 +207,45 @@ class _Evaluation:
     def _first_launch_starts_run(self) -> Iterator[None]:
         """Triton compiles inside the call, before its launch: enter `first-run` at the first launch.
 
-        Without Triton's launch hooks (an old Triton) the call starts in `first-run`, compile included.
-        A candidate that removes the hook only keeps its first launch in `compile`: the lease is taken
-        after the call, before correctness, as it is for every candidate."""
+        A kernel compiled after that (a second kernel, an autotuner's next config) moves the phase
+        back to `compile` while it compiles, the lease still held, so the compile limit applies to
+        compiling and the run limit to running. Without Triton's hooks (an old Triton) the call starts
+        in `first-run`, compile included. A candidate that removes the hooks only keeps its first
+        launch in `compile`: the lease is taken after the call, before correctness, as for all."""
         try:
             from triton import knobs
 
-            chain = knobs.runtime.launch_enter_hook
+            runtime = knobs.runtime
+            chain = runtime.launch_enter_hook
             chain.add  # noqa: B018 - a HookChain (Triton >= 3.4)
+            before = (runtime.jit_cache_hook, runtime.jit_post_compile_hook)
         except Exception:
             self.start_first_run()
             yield
             return
 
-        def hook(*_: Any) -> None:
+        def launched(*_: Any) -> None:
             self.start_first_run()
 
-        chain.add(hook)
+        def compiling(*args: Any, **kwargs: Any) -> Any:
+            if self._phase_name == "first-run":
+                self.end_phase()
+                self.phase("compile")
+            return before[0](*args, **kwargs) if before[0] else False
+
+        def compiled(*args: Any, **kwargs: Any) -> Any:
+            if self._phase_name == "compile" and self.lease is not None:
+                self.end_phase()
+                self.phase("first-run")
+            return before[1](*args, **kwargs) if before[1] else None
+
+        chain.add(launched)
+        runtime.jit_cache_hook, runtime.jit_post_compile_hook = compiling, compiled
         try:
             yield
         finally:
-            chain.remove(hook)
+            chain.remove(launched)
+            runtime.jit_cache_hook, runtime.jit_post_compile_hook = before
 
     def compile(self) -> None:
         workdir = Path.cwd()

@@ -161,8 +161,9 @@ def confine(workdir: Path | None, network: bool = True, filesystem: bool = True)
 
 def confine_child(workdir: Path, network: bool, filesystem: bool) -> None:
     """`confine` for a child between fork and exec (a `preexec_fn`, as the profiler spawns its
-    processes): no imports, no lease directory (the parent holds the lease), and the loopback
-    interface up inside the empty namespace (Nsight Compute talks to its target over it). Notes go
+    processes): no imports, no lease directory (the parent holds the lease), writes beneath /proc
+    allowed, and the loopback interface up inside the empty namespace (Nsight Compute talks to its
+    target over it). Notes go
     to `workdir/sandbox-notes.txt`, written before the write rules apply."""
     notes = []
     if network:
@@ -172,7 +173,10 @@ def confine_child(workdir: Path, network: bool, filesystem: bool) -> None:
         else:
             loopback_up()
     if filesystem:
-        note = restrict_writes([workdir, *DEVICE_WRITES])
+        # The profiled program is a child of the one confined here (ncu starts it), so its threads'
+        # /proc entries cannot be named in advance: /proc as a whole (for a user other than root,
+        # only its own processes' entries are writable there anyway).
+        note = restrict_writes([workdir, Path("/dev"), Path("/proc")])
         if note:
             notes.append(note)
     if notes:

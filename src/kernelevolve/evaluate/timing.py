@@ -8,11 +8,14 @@ One shape is timed in rounds. Each round:
    (a write of a buffer larger than the L2 or last-level cache), timed by the platform's timer;
 3. in a random ~10% of rounds, verifies the candidate's output from that very timed call against the
    reference on a pristine copy of the round's inputs: timed calls are checked, not just warm-ups.
-On CUDA a device-side hold (a spin of about twice the host's recent enqueue time) precedes the start
-event: the flush leaves the device idle, and without the hold the host's launch overhead (tens of
-microseconds for a Triton launch, more on a loaded host) would land between the events and be timed
-as if it were the kernel's. What is timed is the device's time for the call, as in steady state,
-where the host runs ahead of the device; shapes whose launches dominate are timed as CUDA graphs.
+On CUDA the flush before a timed call lasts at least about twice the host's recent enqueue time (it
+writes more of its buffer when the host is slow): the device is still flushing when the call's
+kernels arrive, so the host's launch overhead (tens of microseconds for a Triton launch, more on a
+loaded host) is not timed as if it were the kernel's. What is timed is the device's time for the
+call, as in steady state where the host runs ahead; shapes whose launches dominate are timed as CUDA
+graphs. The flush is one kernel whose grid fills every SM, so work a candidate puts on another stream
+cannot run beside it unseen (a one-block spin would leave the SMs free for exactly that); it starts
+as the flush drains, and is timed or shows as a tail.
 The timer records events around the call, snapshots the output right after the end event,
 then synchronizes the whole device and records one more event: the gap ("tail") between the end
 event and the device going idle shows work left running on another stream. A candidate whose tail
@@ -61,43 +64,44 @@ class CudaTimer:
 
     name = "cuda_events"
     note = (
-        "a device-side hold of about twice the host's recent enqueue time precedes each timed call, "
-        "so host launch overhead is not timed as device time"
+        "the cache flush before each timed call lasts about twice the host's recent enqueue time, so "
+        "host launch overhead is not timed as device time"
     )
-    HOLD_MIN_S = 20e-6
-    HOLD_MAX_S = 2e-3
+    BASE_BYTES = 256 * 2**20
 
-    def __init__(self, device: Any, l2_bytes: int):
+    def __init__(self, device: Any, l2_bytes: int, total_bytes: int = 0):
         import torch
 
         self.torch = torch
         self.device = device
-        size = max(256 * 2**20, 4 * l2_bytes)
-        self.buf = torch.empty(size // 4, dtype=torch.int32, device=device)
-        self.l2 = f"flushed before every call (write of {size // 2**20} MiB, L2 {l2_bytes // 2**20} MiB)"
+        self.base_bytes = max(self.BASE_BYTES, 4 * l2_bytes)
+        # A longer flush writes more: up to 2 GiB, or a 40th of the device's memory if that is less.
+        self.max_bytes = max(self.base_bytes, min(2 * 2**30, (total_bytes or 0) // 40))
+        self.buf = torch.empty(self.base_bytes // 4, dtype=torch.int32, device=device)
+        mib = self.base_bytes // 2**20
+        self.l2 = f"flushed before every call (write of at least {mib} MiB, L2 {l2_bytes // 2**20} MiB)"
         self.enqueue_s: collections.deque[float] = collections.deque([50e-6], maxlen=16)
-        self.cycles_per_s = self._spin_rate()
+        self.bytes_per_s = self._flush_rate()
 
-    def _spin_rate(self) -> float:
-        """Clock cycles per second of `torch.cuda._sleep`'s spin, measured once."""
+    def _flush_rate(self) -> float:
+        """Bytes per second the flush writes, measured once."""
         cuda = self.torch.cuda
-        cycles = 2_000_000
         with cuda.device(self.device):
-            cuda._sleep(cycles)  # the first launch loads the kernel
+            self.buf.zero_()
             start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
             start.record()
-            cuda._sleep(cycles)
+            self.buf.zero_()
             end.record()
             end.synchronize()
-        return cycles / max(start.elapsed_time(end) / 1e3, 1e-6)
-
-    def hold(self) -> None:
-        """Keep the device busy while the host enqueues the call (see the module docstring)."""
-        seconds = min(self.HOLD_MAX_S, max(self.HOLD_MIN_S, 2 * max(self.enqueue_s)))
-        self.torch.cuda._sleep(int(seconds * self.cycles_per_s))
+        return self.base_bytes / max(start.elapsed_time(end) / 1e3, 1e-7)
 
     def flush(self) -> None:
-        self.buf.zero_()
+        """Overwrite the L2, for at least twice the host's recent enqueue time (module docstring)."""
+        want = int(2 * max(self.enqueue_s) * self.bytes_per_s)
+        size = min(self.max_bytes, max(self.base_bytes, want)) // 4
+        if size > self.buf.numel():
+            self.buf = self.torch.empty(size, dtype=self.torch.int32, device=self.device)
+        self.buf[:size].zero_()
 
     def sync(self) -> None:
         self.torch.cuda.synchronize(self.device)
@@ -111,7 +115,6 @@ class CudaTimer:
             cuda.Event(enable_timing=True),
             cuda.Event(enable_timing=True),
         )
-        self.hold()
         t0 = time.perf_counter()
         start.record()
         outs = fn()

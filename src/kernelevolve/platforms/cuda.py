@@ -92,7 +92,7 @@ class CudaPlatform(Platform):
         from kernelevolve.evaluate.timing import CudaTimer
 
         props = torch.cuda.get_device_properties(device)
-        return CudaTimer(device, int(getattr(props, "L2_cache_size", 50 * 2**20)))
+        return CudaTimer(device, int(getattr(props, "L2_cache_size", 50 * 2**20)), int(props.total_memory))
 
     def free_memory(self, device: Any) -> int:
         import torch
