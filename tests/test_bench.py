@@ -250,7 +250,13 @@ def test_item_key_follows_the_samples_that_compute_the_spec(monkeypatch: pytest.
     monkeypatch.setattr(samples, "applicable_samples", lambda spec, kind: changed if kind == "triton" else [])
     assert item_key(spec) not in (key, spec.fingerprint)  # another source
     monkeypatch.setattr(samples, "applicable_samples", lambda spec, kind: [])
-    assert item_key(spec) == spec.fingerprint
+    bare = item_key(spec)
+    assert bare.startswith(spec.fingerprint + "+") and bare != key
+    # a result measured under an older timing method is not reused
+    from kernelevolve.evaluate import timing
+
+    monkeypatch.setattr(timing, "METHOD_VERSION", timing.METHOD_VERSION + 1)
+    assert item_key(spec) != bare
 
 
 def test_export_trajectories_and_winners(bench_run: dict[str, Any]) -> None:

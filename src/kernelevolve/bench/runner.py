@@ -244,15 +244,18 @@ def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settin
 
 
 def item_key(spec: Spec) -> str:
-    """What a spec's result in a bench stands for: its file and the code samples the synthesizers
-    start from for it (a sample added for an op that failed must not leave the failure cached)."""
+    """What a spec's result in a bench stands for: its file, the code samples the synthesizers
+    start from for it (a sample added for an op that failed must not leave the failure cached), and
+    the timing method (a result measured under an older one is measured again)."""
+    from kernelevolve.evaluate.timing import METHOD_VERSION
     from kernelevolve.knowledge.samples import applicable_samples
 
     samples = sorted((s.doc_id, s.source) for kind in ("triton", "c") for s in applicable_samples(spec, kind))
+    method = f"t{METHOD_VERSION}"
     if not samples:
-        return spec.fingerprint
+        return f"{spec.fingerprint}+{method}"
     digest = hashlib.sha256(json.dumps(samples).encode()).hexdigest()[:8]
-    return f"{spec.fingerprint}+{digest}"
+    return f"{spec.fingerprint}+{method}+{digest}"
 
 
 def _run_one(

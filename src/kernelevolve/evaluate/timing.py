@@ -45,6 +45,9 @@ from typing import Any, Protocol
 from kernelevolve.evaluate.verdict import TimeStats, Violation
 
 Outputs = list[Any]
+# Bumped whenever a change alters what a timing measures: a bench never reuses a result measured
+# under another method (`bench.runner.item_key`). 2: the flush lasts twice the host's enqueue time.
+METHOD_VERSION = 2
 
 
 class Timer(Protocol):
