@@ -439,3 +439,38 @@ def test_graph_choice_follows_the_baselines_and_a_pin() -> None:
 
     assert not use_graphs(fast_baselines, "candidate", replace(plan, graphs=False))  # pinned by the pool
     assert use_graphs(slow_baselines, "candidate", replace(plan, graphs=True))
+
+
+def test_ast_parsing_is_one_thread_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPython 3.11 keeps its AST converter's state per interpreter, and concurrent parses failed in
+    CI with "SystemError: AST constructor recursion depth mismatch". The guards, the tuner and the
+    exporter parse through `pyast`, which lets one thread parse at a time."""
+    import ast
+    import threading
+
+    from kernelevolve import pyast
+    from kernelevolve.evaluate.guards import check_source
+
+    real, lock = ast.parse, threading.Lock()
+    inside = peak = 0
+
+    def slow_parse(*args: object, **kwargs: object) -> object:
+        nonlocal inside, peak
+        with lock:
+            inside += 1
+            peak = max(peak, inside)
+        time.sleep(0.01)
+        try:
+            return real(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            with lock:
+                inside -= 1
+
+    monkeypatch.setattr(ast, "parse", slow_parse)
+    work = [lambda: check_source("x = 1\n", ["triton"])] * 6 + [lambda: pyast.literal_eval("(1, 2)")] * 4
+    threads = [threading.Thread(target=w) for w in work]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak == 1

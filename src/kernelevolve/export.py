@@ -40,7 +40,6 @@ make them any safer than evaluating them; review them before shipping.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import inspect
 import keyword
@@ -50,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelevolve import pyast
 from kernelevolve.errors import KernelevolveError, SpecError
 from kernelevolve.spec import Spec, call_get_init_inputs, call_get_inputs, import_spec_module
 
@@ -163,7 +163,7 @@ def _meta_key(spec: Spec, module: Any, shape: Any) -> tuple[Any, ...]:
 
 def _is_literal(value: Any) -> bool:
     try:
-        return bool(ast.literal_eval(repr(value)) == value)
+        return bool(pyast.literal_eval(repr(value)) == value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False
 

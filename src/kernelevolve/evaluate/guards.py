@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelevolve import pyast
 from kernelevolve.evaluate.verdict import Violation
 
 # Modules a candidate may import or reach through attributes: exact names, and subtrees ending in ".*".
@@ -172,7 +173,7 @@ def check_source(
     """Run every static rule over `source`. `accepted_kinds` are the kernel kinds the platform runs."""
     report = StaticReport()
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = pyast.parse(source, filename=filename)
     except SyntaxError as exc:
         report.syntax_error = f"{filename}:{exc.lineno}: {exc.msg}"
         return report

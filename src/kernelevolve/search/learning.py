@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kernelevolve import pyast
 from kernelevolve.evaluate.pool import candidate_hash
 from kernelevolve.knowledge import skills as sk
 from kernelevolve.knowledge.index import Signals
@@ -163,7 +164,7 @@ def forward_arity(source: str) -> tuple[int, int | None] | None:
     """How many inputs `ModelNew.forward` takes: (required, most; None for *args), or None where the
     source does not say (it does not parse, or defines no such method)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return None
     for cls in tree.body:

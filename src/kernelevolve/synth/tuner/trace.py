@@ -25,6 +25,7 @@ import textwrap
 from types import ModuleType
 from typing import Any
 
+from kernelevolve import pyast
 from kernelevolve.spec import ShapeSpec, Spec, call_get_init_inputs, call_get_inputs, import_spec_module
 from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported
 from kernelevolve.synth.tuner.ir import OpGraph
@@ -126,7 +127,7 @@ def _init_source(module: ModuleType) -> str:
     init = module.Model.__dict__.get("__init__")
     if init is None:
         return "def __init__(self):\n    super().__init__()\n"
-    tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+    tree = pyast.parse(textwrap.dedent(inspect.getsource(init)))
     fn = tree.body[0]
     assert isinstance(fn, ast.FunctionDef)
     fn.decorator_list = []
@@ -149,7 +150,7 @@ def _init_source(module: ModuleType) -> str:
                 return node
             if node.id not in vars(module):
                 raise Unsupported(f"Model.__init__ uses the undefined name {node.id!r}")
-            return ast.parse(_portable(node.id, vars(module)[node.id]), mode="eval").body
+            return pyast.parse_expression(_portable(node.id, vars(module)[node.id])).body
 
     fn = Rewrite().visit(fn)
     return ast.unparse(fn) + "\n"
@@ -170,7 +171,7 @@ def _portable(name: str, value: Any) -> str:
     if isinstance(value, bool | int | float | str | tuple | type(None)):
         try:
             text = repr(value)
-            if ast.literal_eval(text) == value:
+            if pyast.literal_eval(text) == value:
                 return text
         except (ValueError, SyntaxError):
             pass

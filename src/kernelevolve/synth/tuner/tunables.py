@@ -16,6 +16,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from kernelevolve import pyast
+
 Config = dict[str, Any]
 
 
@@ -39,7 +41,7 @@ def read(source: str) -> tuple[dict[str, list[Any]], Config] | None:
     """(TUNABLES, CONFIG) of a candidate, or None if it declares none. Raises TunablesError when the
     declaration is there but malformed (not literals, a CONFIG value outside its choices)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return None
     t_node, c_node = _assignment(tree, "TUNABLES"), _assignment(tree, "CONFIG")
@@ -64,7 +66,7 @@ def read(source: str) -> tuple[dict[str, list[Any]], Config] | None:
 
 def write(source: str, config: Config) -> str:
     """The source with its CONFIG assignment replaced by `config` (keys in TUNABLES order)."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     node = _assignment(tree, "CONFIG")
     if node is None or node.end_lineno is None or node.end_col_offset is None:
         raise TunablesError("the candidate declares no CONFIG")
