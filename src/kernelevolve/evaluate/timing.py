@@ -14,8 +14,9 @@ kernels arrive, so the host's launch overhead (tens of microseconds for a Triton
 loaded host) is not timed as if it were the kernel's. What is timed is the device's time for the
 call, as in steady state where the host runs ahead; shapes whose launches dominate are timed as CUDA
 graphs. The flush is one kernel whose grid fills every SM, so work a candidate puts on another stream
-cannot run beside it unseen (a one-block spin would leave the SMs free for exactly that); it starts
-as the flush drains, and is timed or shows as a tail.
+of the same priority waits for the flush's blocks instead of running beside it unseen (a one-block
+spin would leave the SMs free for exactly that); it starts as the flush drains, and is timed or shows
+as a tail. (A higher-priority stream would be dispatched first; the static guards refuse streams.)
 The timer records events around the call, snapshots the output right after the end event,
 then synchronizes the whole device and records one more event: the gap ("tail") between the end
 event and the device going idle shows work left running on another stream. A candidate whose tail
