@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kernelevolve.evaluate.baselines import baseline_callees, callee
 from kernelevolve.evaluate.correctness import compare, same_bits, tolerance_for
 from kernelevolve.evaluate.inputs import DISTRIBUTIONS, copy_into, make_inputs, make_model, share_weights
 from kernelevolve.evaluate.inputs import digest as input_digest
@@ -292,14 +293,12 @@ class _Evaluation:
 
     def first_calls(self) -> None:
         """One call per shape on warm-up inputs; ends in `first-run` with the device lease held."""
-        torch = self.torch
         for k, st in enumerate(self.shapes):
             if k and not self.state.platform.exclusive:  # the next shape compiles without the lease
                 self.end_phase()
                 self.lease.release()
                 self.lease = None
                 self.phase("compile")
-            warm = make_inputs(self.spec, self.state.module, st.shape, 99, "spec", self.state.device)
             if self.kind == "triton":
                 starts: Any = self._first_launch_starts_run()
             else:  # native code compiled when it was loaded, at import or construction
@@ -307,13 +306,7 @@ class _Evaluation:
                 starts = contextlib.nullcontext()
             try:
                 with starts:
-                    forward_backward(
-                        self.models[st.shape.name],
-                        trainable_inputs(warm, torch, self.spec.backward),
-                        st.grad_outputs,
-                        torch,
-                    )
-                    self.sync()
+                    self._call_fresh(st, seed=99)
             except BaseException as exc:
                 status, message = classify(exc, "compile", self.file)
                 raise Failed(status, f"first call at shape {st.shape.name!r}: {message}") from None
@@ -559,13 +552,9 @@ class _Evaluation:
         return None
 
     def _callees(self, st: ShapeState) -> list[Callee]:
-        models = [("eager", st.reference)]
-        if st.compiled is not None:
-            models.append(("compile", st.compiled))
-        models.append(("candidate", self.models[st.shape.name]))
         return [
-            Callee(name, _runner(m, st, self.torch), _buffers(self.state, st, self.torch))
-            for name, m in models
+            *baseline_callees(self.state, st),
+            callee("candidate", self.models[st.shape.name], self.state, st),
         ]
 
     def _check_timed(self, st: ShapeState, pristine: list[Any], snap: list[Any], tol: Any) -> str | None:
@@ -593,6 +582,15 @@ class _Evaluation:
             out.append(Violation("no-launch", "a timed call launched no kernel of the candidate's"))
         return out
 
+    def _call_fresh(self, st: ShapeState, seed: int) -> None:
+        """The candidate's model at `st` once (and its backward, for a training spec), on fresh
+        inputs of `seed`, to the end of its device work."""
+        inputs = make_inputs(self.spec, self.state.module, st.shape, seed, "spec", self.state.device)
+        torch = self.torch
+        model = self.models[st.shape.name]
+        forward_backward(model, trainable_inputs(inputs, torch, self.spec.backward), st.grad_outputs, torch)
+        self.sync()
+
     def _profiled_kernels(self) -> bool:
         """For load_inline candidates (whose calls are not counted): did any device kernel run?"""
         if not self.uses_load_inline:
@@ -601,64 +599,6 @@ class _Evaluation:
             self.verdict.method.notes.append("load_inline on CPU: launches are not counted")
             return True
         torch = self.torch
-        st = self.shapes[0]
-        inputs = make_inputs(self.spec, self.state.module, st.shape, 3, "spec", self.state.device)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            forward_backward(
-                self.models[st.shape.name],
-                trainable_inputs(inputs, torch, self.spec.backward),
-                st.grad_outputs,
-                torch,
-            )
-            self.sync()
+            self._call_fresh(self.shapes[0], seed=3)
         return any(getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA for e in prof.events())
-
-
-def time_baselines(state: Prepared, msg: dict[str, Any], chan: Channel) -> list[dict[str, Any]]:
-    """Eager and torch.compile times per shape, interleaved, for `kernelevolve baseline`."""
-    import torch
-
-    from kernelevolve.evaluate.lease import DeviceLease
-
-    allow_graphs = state.device.type == "cuda" and not state.spec.backward
-    plan = TimingPlan.from_settings(state.settings, allow_graphs, checked=False)
-    chan.send("phase", phase="lease")
-    out = []
-    with DeviceLease(state.lease_key):
-        chan.send("phase", phase="timing")
-        for k, st in enumerate(state.shapes):
-            models = [("eager", st.reference)] + (
-                [("compile", st.compiled)] if st.compiled is not None else []
-            )
-            callees = [
-                Callee(name, _runner(model, st, torch), _buffers(state, st, torch)) for name, model in models
-            ]
-
-            def fresh(seed: int, st: ShapeState = st) -> list[Any]:
-                return make_inputs(state.spec, state.module, st.shape, seed, "spec", state.device)
-
-            timing = time_shape(
-                callees,
-                state.timer,
-                dataclasses.replace(plan, seed=5000 + k),
-                fresh,
-                copy_into,
-                lambda pristine, snap: None,
-                lambda buffers: [],
-                torch,
-                has_candidate=False,
-            )
-            stats = {name: vars(s) for name, s in timing.stats.items()}
-            out.append({"shape": st.shape.name, "weight": st.shape.weight, "cuda_graphs": timing.cuda_graphs,
-                        "flops": st.flops, "bytes": st.bytes, **stats})  # fmt: skip
-    return out
-
-
-def _runner(model: Any, st: ShapeState, torch: Any) -> Any:
-    return lambda *xs: forward_backward(model, list(xs), st.grad_outputs, torch)
-
-
-def _buffers(state: Prepared, st: ShapeState, torch: Any) -> list[Any]:
-    """A callee's own persistent input buffers (the timing loop overwrites their contents)."""
-    fresh = make_inputs(state.spec, state.module, st.shape, 1, "spec", state.device)
-    return trainable_inputs(fresh, torch, state.spec.backward)

@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
 
             chan.send("result", verdict=evaluate(state, msg, chan).to_dict())
         elif msg["op"] == "baselines":
-            from kernelevolve.evaluate.evaluation import time_baselines
+            from kernelevolve.evaluate.baselines import time_baselines
 
             chan.send("result", baselines=time_baselines(state, msg, chan), errors=state.baseline_errors)
         elif msg["op"] == "profile":

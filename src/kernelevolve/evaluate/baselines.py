@@ -1,0 +1,67 @@
+"""Eager and torch.compile as timed callees, and `kernelevolve baseline`: their times alone.
+
+A callee runs its model (forward, and backward for a training spec) on its own persistent input
+buffers, whose contents the timing loop overwrites each round (`timing.py`). The evaluation times the
+candidate beside these same callees; `time_baselines` times them without a candidate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kernelevolve.evaluate.inputs import copy_into, make_inputs
+from kernelevolve.evaluate.protocol import Channel
+from kernelevolve.evaluate.timing import Callee, TimingPlan, time_shape
+from kernelevolve.evaluate.worker import Prepared, ShapeState, forward_backward, trainable_inputs
+
+
+def callee(name: str, model: Any, state: Prepared, st: ShapeState) -> Callee:
+    """`model` at shape `st`, timed on its own buffers."""
+    import torch
+
+    buffers = trainable_inputs(
+        make_inputs(state.spec, state.module, st.shape, 1, "spec", state.device), torch, state.spec.backward
+    )
+    return Callee(name, lambda *xs: forward_backward(model, list(xs), st.grad_outputs, torch), buffers)
+
+
+def baseline_callees(state: Prepared, st: ShapeState) -> list[Callee]:
+    """Eager, and torch.compile where it compiled."""
+    models = [("eager", st.reference)] + ([("compile", st.compiled)] if st.compiled is not None else [])
+    return [callee(name, model, state, st) for name, model in models]
+
+
+def time_baselines(state: Prepared, msg: dict[str, Any], chan: Channel) -> list[dict[str, Any]]:
+    """Eager and torch.compile times per shape, interleaved, for `kernelevolve baseline`."""
+    import torch
+
+    from kernelevolve.evaluate.lease import DeviceLease
+
+    allow_graphs = state.device.type == "cuda" and not state.spec.backward
+    plan = TimingPlan.from_settings(state.settings, allow_graphs, checked=False)
+    chan.send("phase", phase="lease")
+    out = []
+    with DeviceLease(state.lease_key):
+        chan.send("phase", phase="timing")
+        for k, st in enumerate(state.shapes):
+            callees = baseline_callees(state, st)
+
+            def fresh(seed: int, st: ShapeState = st) -> list[Any]:
+                return make_inputs(state.spec, state.module, st.shape, seed, "spec", state.device)
+
+            timing = time_shape(
+                callees,
+                state.timer,
+                dataclasses.replace(plan, seed=5000 + k),
+                fresh,
+                copy_into,
+                lambda pristine, snap: None,
+                lambda buffers: [],
+                torch,
+                has_candidate=False,
+            )
+            stats = {name: vars(s) for name, s in timing.stats.items()}
+            out.append({"shape": st.shape.name, "weight": st.shape.weight, "cuda_graphs": timing.cuda_graphs,
+                        "flops": st.flops, "bytes": st.bytes, **stats})  # fmt: skip
+    return out
