@@ -397,6 +397,8 @@ def test_gpu_leases_name_the_physical_gpu(tmp_path: Path, monkeypatch: pytest.Mo
     assert actor_side == engine_side[1]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc,MIG-def")  # UUIDs are taken as they are
     assert [cuda.lease_key(0), cuda.lease_key(1)] == ["cuda-GPU-abc", "cuda-MIG-def"]
+    rocm = get_platform("rocm")  # nvidia-smi answers, but names no AMD GPU: by index
+    assert rocm.lease_key(1) == "rocm-1" and not rocm.physical_lease_keys and cuda.physical_lease_keys
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no nvidia-smi: by index, as before
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     assert cuda.lease_key(0) == "cuda-0"

@@ -107,8 +107,11 @@ class WorkerHandle:
             "--cmd-fd", str(cmd_r), "--res-fd", str(res_w),
             "--memory-bytes", str(memory), "--cpu-seconds", str(cpu_seconds),
         ]  # fmt: skip
+        # The device lease's name, given to the worker from here, where the candidate cannot reach:
+        # the worker's environment and PATH are the candidate's to change once it is imported.
+        lease_key = self.platform.lease_key(self.device_index)
         if self.platform.exclusive:
-            argv += ["--lease", self.platform.lease_key(self.device_index)]
+            argv += ["--lease", lease_key]
         # The sandbox's own layers (sandbox.confine): writes only beneath this directory, no network.
         argv += ["--workdir", str(self.dir)]
         if not s.sandbox_network:
@@ -135,9 +138,7 @@ class WorkerHandle:
             spec_path=str(self.spec_path.resolve()) if self.spec_path else None,  # the worker runs elsewhere
             platform=self.platform.name,
             device_index=self.device_index,
-            # Named here, where the candidate cannot reach: the worker's environment and PATH are
-            # the candidate's to change once it is imported.
-            lease_key=self.platform.lease_key(self.device_index),
+            lease_key=lease_key,
             precision=self.precision,
             gpu_memory_fraction=self.gpu_memory_fraction,
             settings=self.settings.to_dict(),

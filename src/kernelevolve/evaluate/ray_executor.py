@@ -134,8 +134,8 @@ class EvalActor:
         gpus = [str(g) for g in ray.get_gpu_ids()] if platform_name in GPU_PLATFORMS else []
         if gpus:
             self.where += f", GPU {','.join(gpus)}"
-        if gpus and platform.lease_key(0) == f"{platform.name}-0":
-            # Every actor's device is its index 0; where no UUID names the lease (ROCm), actors on
+        if gpus and not platform.physical_lease_keys:
+            # Every actor's device is its index 0; where leases are named by index (ROCm), actors on
             # one node would share one lease across different GPUs. Each GPU gets its own directory.
             from kernelevolve.evaluate.lease import lease_dir
 

@@ -146,7 +146,7 @@ def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
             "versions": versions,
             "kernelevolve": kernelevolve.__version__,
         },
-        lease_key=msg.get("lease_key") or platform.lease_key(device.index or 0),
+        lease_key=msg["lease_key"],
     )
     launches = LaunchCounter()
     launches.install()

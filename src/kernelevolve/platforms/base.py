@@ -74,10 +74,13 @@ class Platform(ABC):
         """Devices of this platform on this machine, counted without initializing them."""
         return 1
 
+    # Whether `lease_key` names the physical device whatever devices a process sees; where it does
+    # not, processes that see different devices under one index need a lease directory each.
+    physical_lease_keys: bool = False
+
     def lease_key(self, index: int) -> str:
         """The name of device `index`'s lease (`evaluate/lease.py`), read without initializing the
-        device. It must name the physical device, the same in every process whatever devices each
-        one sees, so that two timings never share a device."""
+        device: the same in every process that uses the device, so that two timings never share it."""
         return f"{self.name}-{index}"
 
     def identity(self, index: int) -> dict[str, str | None]:

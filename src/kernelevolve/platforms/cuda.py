@@ -100,6 +100,8 @@ class CudaPlatform(Platform):
         free, _total = torch.cuda.mem_get_info(device)
         return int(free)
 
+    physical_lease_keys = True
+
     def lease_key(self, index: int) -> str:
         """Named after the GPU's UUID: processes with different CUDA_VISIBLE_DEVICES (a Ray actor
         sees its GPU as device 0) still agree on which lease is which GPU's."""
@@ -142,8 +144,8 @@ def gpu_uuid(index: int, visible: str | None) -> str | None:
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
-    lines = out.stdout.strip().splitlines()
-    return lines[0].strip() if lines and lines[0].strip().startswith(("GPU-", "MIG-")) else None
+    first = (out.stdout.strip().splitlines() or [""])[0].strip()
+    return first if first.startswith(("GPU-", "MIG-")) else None
 
 
 def _nvml_identity(index: int) -> tuple[str | None, str | None]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from kernelevolve.platforms.base import Platform
 from kernelevolve.platforms.cuda import CudaPlatform
 
 TB, TF = 1e12, 1e12
@@ -37,10 +38,10 @@ class RocmPlatform(CudaPlatform):
             return False, "no ROCm device visible to torch"
         return True, ""
 
+    physical_lease_keys = False  # by index: nvidia-smi's UUIDs do not apply
+
     def lease_key(self, index: int) -> str:
-        """By index (nvidia-smi's UUIDs do not apply): processes that see different ROCm devices
-        (HIP_VISIBLE_DEVICES) need a lease directory each (`KERNELEVOLVE_LEASE_DIR`)."""
-        return f"{self.name}-{index}"
+        return Platform.lease_key(self, index)
 
     def target(self, device: Any) -> str:
         import torch
