@@ -135,7 +135,7 @@ DEVICE_WRITES = (Path("/dev"), Path("/proc/self/task"))
 
 def confine(workdir: Path | None, network: bool = True, filesystem: bool = True) -> list[str]:
     """The worker's first act: no network, and writes only beneath `workdir`, the lease directory and
-    /dev. Returns notes about the layers that are off or that the OS refused."""
+    `DEVICE_WRITES`. Returns notes about the layers that are off or that the OS refused."""
     from kernelevolve.evaluate.lease import lease_dir
 
     notes = []
@@ -163,8 +163,7 @@ def confine_child(workdir: Path, network: bool, filesystem: bool) -> None:
     """`confine` for a child between fork and exec (a `preexec_fn`, as the profiler spawns its
     processes): no imports, no lease directory (the parent holds the lease), writes beneath /proc
     allowed, and the loopback interface up inside the empty namespace (Nsight Compute talks to its
-    target over it). Notes go
-    to `workdir/sandbox-notes.txt`, written before the write rules apply."""
+    target over it). Notes go to `workdir/sandbox-notes.txt`, written before the write rules apply."""
     notes = []
     if network:
         note = isolate_network()

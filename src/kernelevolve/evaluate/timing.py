@@ -80,7 +80,7 @@ class CudaTimer:
         self.device = device
         self.base_bytes = max(self.BASE_BYTES, 4 * l2_bytes)
         # A longer flush writes more: up to 2 GiB, or a 40th of the device's memory if that is less.
-        self.max_bytes = max(self.base_bytes, min(2 * 2**30, (total_bytes or 0) // 40))
+        self.max_bytes = max(self.base_bytes, min(2 * 2**30, total_bytes // 40))
         self.buf = torch.empty(self.base_bytes // 4, dtype=torch.int32, device=device)
         mib = self.base_bytes // 2**20
         self.l2 = f"flushed before every call (write of at least {mib} MiB, L2 {l2_bytes // 2**20} MiB)"
