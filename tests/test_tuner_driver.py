@@ -6,6 +6,8 @@ a user seed with a four-point space shows exhaustion.
 
 from __future__ import annotations
 
+import itertools
+import random
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -431,3 +433,158 @@ def test_samples_match_by_computation_not_by_file() -> None:
         strict = load_spec(_track_file(ws, "b", "attention.py", attention, "strict_fp32"))
         assert [s.doc_id for s in applicable_samples(attention, "triton")] == ["samples/triton-attention"]
         assert applicable_samples(strict, "triton") == []
+
+
+# -- the register tile limit (TILE, tunables.fits) ---------------------------------------------------
+
+TILED = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+TUNABLES = {"ROWS": [1, 2, 4, 8, 16, 32], "CHUNK": [2048, 4096, 8192, 16384], "num_warps": [1, 2, 4]}
+CONFIG = {"ROWS": 1, "CHUNK": 2048, "num_warps": 4}
+TILE = ("ROWS", "CHUNK")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x
+"""
+
+
+def per_thread(cfg: dict[str, Any]) -> float:
+    """The limit's arithmetic written out here, independent of tunables.py."""
+    return cfg["ROWS"] * cfg["CHUNK"] / (32 * cfg["num_warps"])
+
+
+def test_tile_is_read_per_thread_and_auto_or_missing_passes() -> None:
+    assert tn.tile_per_thread(TILED) == 1 * 2048 / 128
+    big = tn.write(TILED, {"ROWS": 8, "CHUNK": 8192, "num_warps": 1})  # the soak's 120 s timeout
+    assert tn.tile_per_thread(big) == 2048 and not tn.fits(big)
+    edge = tn.write(TILED, {"ROWS": 2, "CHUNK": 4096, "num_warps": 1})
+    assert tn.tile_per_thread(edge) == tn.THREAD_TILE_LIMIT == 256 and tn.fits(edge)
+    assert tn.read(big) is not None  # over the limit is still a well-formed declaration
+    single = TILED.replace('TILE = ("ROWS", "CHUNK")', 'TILE = ["CHUNK"]')
+    assert tn.tile_per_thread(single) == 2048 / 128
+    # No TILE, no num_warps, or a value that is not an int: the limit does not apply.
+    assert tn.tile_per_thread(TILED.replace('TILE = ("ROWS", "CHUNK")\n', "")) is None
+    assert tn.tile_per_thread(SEED) is None and tn.fits(SEED)
+    no_warps = 'TUNABLES = {"BLOCK": [8192]}\nCONFIG = {"BLOCK": 8192}\nTILE = ("BLOCK",)\n'
+    assert tn.tile_per_thread(no_warps) is None and tn.fits(no_warps)
+    auto = TILED.replace('"ROWS": [1, 2', '"ROWS": ["auto", 1, 2').replace('"ROWS": 1,', '"ROWS": "auto",')
+    auto = tn.write(auto, {"ROWS": "auto", "CHUNK": 16384, "num_warps": 1})
+    assert tn.read(auto) is not None and tn.tile_per_thread(auto) is None and tn.fits(auto)
+    assert tn.tile_per_thread("def broken(:\n") is None
+
+
+@pytest.mark.parametrize(
+    ("tile", "match"),
+    [
+        ('("ROWS", "WIDTH")', "'WIDTH', which CONFIG does not have"),
+        ('"ROWS"', "non-empty tuple of CONFIG keys"),
+        ("()", "non-empty tuple of CONFIG keys"),
+        ('("ROWS", 2)', "non-empty tuple of CONFIG keys"),
+        ("ROWS_AND_CHUNK", "literal tuple of CONFIG keys"),
+    ],
+)
+def test_a_malformed_tile_is_refused(tile: str, match: str) -> None:
+    bad = TILED.replace('TILE = ("ROWS", "CHUNK")', f"TILE = {tile}")
+    with pytest.raises(tn.TunablesError, match=match):
+        tn.tile_per_thread(bad)
+    with pytest.raises(tn.TunablesError, match=match):
+        tn.read(bad)
+    with pytest.raises(tn.TunablesError, match=match):
+        tn.fits(bad)
+
+
+def drive(tuner: OfflineTuner, t: Task, start: Sequence[NodeView], steps: int, seed: int) -> list[Proposal]:
+    """The tuner over many steps, as the search would call it: random modes, parents drawn from the
+    nodes so far (some failed), a crossover now and then; every proposal joins the tree."""
+    rng = random.Random(seed)
+    history = list(start)
+    tried = {candidate_hash(n.source or "") for n in history}
+    out = []
+    for i in range(steps):
+        mode = rng.choice(["draft", "fresh", "inherit", "compare", "combine", "crossover"])
+        parents = (
+            rng.sample(history, 2) if mode == "crossover" and len(history) > 1 else [rng.choice(history)]
+        )
+        t.mode = "inherit" if mode == "crossover" else mode
+        t.parents = [] if mode == "draft" else parents
+        t.history, t.tried, t.seed = list(history), set(tried), seed * 1000 + i
+        p = tuner.propose(t, NoTools())
+        if p.source is None:
+            assert p.exhausted, p.error
+            continue
+        assert candidate_hash(p.source) not in tried
+        tried.add(candidate_hash(p.source))
+        found = tn.read(p.source)
+        status = rng.choice(["ok", "ok", "ok", "incorrect", "timeout"])
+        history.append(NodeView(id=len(history) + 1, parent=parents[0].id, mode=mode, source=p.source,
+                                status=status, fitness=rng.random() * 3 if status == "ok" else 0.0,
+                                config=found[1] if found else None))  # fmt: skip
+        out.append(p)
+    return out
+
+
+def test_the_tuner_never_proposes_a_tile_over_the_limit(spec: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
+    space, default = declared(TILED)
+    combos = [dict(zip(space, v, strict=True)) for v in itertools.product(*space.values())]
+    fitting = [c for c in combos if per_thread(c) <= 256]
+    assert per_thread(default) <= 256 and len(fitting) < 0.6 * len(combos)  # most of the space is over
+
+    def run() -> list[dict[str, Any]]:
+        tuner = OfflineTuner(spec, "cpu", ("c",), extra_seeds=[("tiled.py", TILED)], templates=False)
+        start = node(1, tn.write(TILED, default))
+        return [config_of(p) for p in drive(tuner, task(spec, "draft"), [start], steps=60, seed=3)]
+
+    configs = run()
+    assert len(configs) >= 20 and all(per_thread(c) <= 256 for c in configs), configs
+    # Drafts alone walk through exactly the configurations that fit, then say they are done.
+    tuner = OfflineTuner(spec, "cpu", ("c",), extra_seeds=[("tiled.py", TILED)], templates=False)
+    tried: set[str] = set()
+    drafted = []
+    for i in range(len(fitting) + 1):
+        p = tuner.propose(task(spec, "draft", tried=tried, seed=i), NoTools())
+        if p.source is None:
+            break
+        tried.add(candidate_hash(p.source))
+        drafted.append(config_of(p))
+    assert p.source is None and p.exhausted
+    assert sorted(map(sorted, (c.items() for c in drafted))) == sorted(
+        map(sorted, (c.items() for c in fitting))
+    )
+    # The control: without the limit, the same drive proposes tiles that spill.
+    monkeypatch.setattr(tn, "THREAD_TILE_LIMIT", 10**9)
+    assert any(per_thread(c) > 256 for c in run())
+
+
+def test_the_looped_row_template_is_tuned_within_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("kernelevolve.synth.tuner.triton_codegen")
+    softmax = load_spec(SPECS / "softmax_large.py")
+    tuner = OfflineTuner(softmax, "cuda", ("triton",))
+    t = Task(run_id="r", node_id=1, spec=softmax, platform="cuda", platform_target="cuda:sm90",
+             kinds=("triton",), mode="draft")  # fmt: skip
+    tried: set[str] = set()
+    looped = None
+    for i in range(4):
+        t.tried, t.seed = set(tried), i
+        p = tuner.propose(t, NoTools())
+        assert p.source is not None, p.error
+        tried.add(candidate_hash(p.source))
+        if "triton-row-looped" in p.note:
+            looped = p.source
+    assert looped is not None and 'TILE = ("ROWS", "CHUNK")' in looped.replace("'", '"')
+    assert tn.fits(looped)
+
+    def run() -> list[dict[str, Any]]:
+        fresh = OfflineTuner(softmax, "cuda", ("triton",))
+        proposals = drive(fresh, t, [node(1, looped)], steps=60, seed=5)
+        return [config_of(p) for p in proposals if "_row_looped_kernel" in (p.source or "")]
+
+    configs = run()
+    assert len(configs) >= 25 and all(per_thread(c) <= 256 for c in configs), configs
+    monkeypatch.setattr(tn, "THREAD_TILE_LIMIT", 10**9)
+    assert any(per_thread(c) > 256 for c in run())

@@ -556,3 +556,37 @@ def test_generated_file_is_readable() -> None:
     assert head[0].startswith('"""scaled gelu_tanh')
     assert src.index("TUNABLES = ") < src.index("@triton.jit") < src.index("class ModelNew")
     assert "_tanh" in src and "def _tanh(x)" in src
+
+
+def test_templates_declare_their_tile_and_defaults_fit_the_registers() -> None:
+    """TILE names the knobs of the register tile (`tunables.fits`); whatever the shapes, a template's
+    default configuration is within THREAD_TILE_LIMIT elements per thread."""
+    tiles = {
+        "triton-elementwise": ("BLOCK",),
+        "triton-elementwise-persistent": ("BLOCK",),
+        "triton-elementwise-2d": ("BLOCK_R", "BLOCK_C"),
+        "triton-row": None,  # ROWS "auto" and a per-shape width: sized in the forward
+        "triton-row-looped": ("ROWS", "CHUNK"),
+        "triton-gemm": ("BLOCK_M", "BLOCK_N"),
+    }
+    seen = set()
+    for size in (1, 7, 64, 1000, 4096, 65536, 1 << 20):
+        graphs = [elementwise_graph(), outer_graph(), softmax_graph(), layernorm_graph(), bmm_graph(), linear_gelu_graph()]  # fmt: skip
+        for g in graphs:
+            g.cols = dict.fromkeys(g.cols, size)
+            g.rows = dict.fromkeys(g.rows, size)
+            for name in variants(g):
+                gen = generate(g, template=name)
+                line = next((ln for ln in gen.source.splitlines() if ln.startswith("TILE = ")), None)
+                want = tiles[name]
+                assert line == (None if want is None else f"TILE = {want!r}"), (name, line)
+                per_thread = tunables.tile_per_thread(gen.source)
+                assert (per_thread is None) == (want is None), name
+                assert tunables.fits(gen.source), (name, size, gen.config, per_thread)
+                seen.add(name)
+    assert seen == set(tiles)
+    # The soak's timeouts: ROWS 8 x CHUNK 8192 (2048 per thread) at one warp does not fit.
+    looped = generate(
+        softmax_graph(), {"CHUNK": 8192, "ROWS": 8, "num_warps": 1}, template="triton-row-looped"
+    )
+    assert tunables.tile_per_thread(looped.source) == 2048 and not tunables.fits(looped.source)

@@ -17,7 +17,10 @@ What each kind of task gets:
 - two parents: uniform crossover of their configs where the tunables match, else a mutation;
 - a failed parent steps back towards its own parent's config; a parent without tunables gets a seed.
 Every answer avoids `task.tried` (hashes of sources already in the tree) and whatever this tuner has
-proposed before; when no untried configuration is left, the answer is `exhausted`.
+proposed before; when no untried configuration is left, the answer is `exhausted`. A configuration
+the tuner makes never holds a tile over `tunables.THREAD_TILE_LIMIT` elements per thread (where the
+candidate declares `TILE`): such a configuration spills and takes minutes to compile, so it is
+skipped like a tried one (templates' defaults fit; a seed or sample as written is drafted as it is).
 
 Randomness comes from `random.Random(task.seed)`, so a task's answer is reproducible. Deliberately not
 here: evaluation (the engine sends every proposal to the harness), and any model: this is a tuner,
@@ -269,8 +272,13 @@ class _Step:
         self.tried = tried
         self.rng = rng
 
-    def fresh(self, source: str) -> bool:
+    def untried(self, source: str) -> bool:
         return candidate_hash(source) not in self.tried
+
+    def worth_trying(self, source: str) -> bool:
+        """A configuration of the tuner's own: untried, and its tile fits the registers
+        (`tunables.fits`: a larger one spills, and Triton takes minutes to compile it)."""
+        return self.untried(source) and tn.fits(source)
 
     def ok(self, source: str, note: str, response: str) -> Proposal:
         return Proposal(source=source, note=note, response=response)
@@ -282,8 +290,8 @@ class _Step:
     # -- drafts ------------------------------------------------------------------------------------
 
     def draft(self) -> Proposal:
-        for base in self.bases:
-            if self.fresh(base.source):
+        for base in self.bases:  # as written: a seed's or sample's own CONFIG is its author's choice
+            if self.untried(base.source):
                 return self.ok(base.source, f"{base.kind} {base.label} at its default config",
                                f"draft: the {base.kind} {base.label} as written, CONFIG {tn.format_config(base.config)}")  # fmt: skip
         return self.random_base()
@@ -293,7 +301,7 @@ class _Step:
         order = self.rng.sample(tunable, len(tunable))
         for base in order:
             assert base.space is not None
-            found = self.first_untried(base.source, _random_configs(self.rng, base.space, base.config))
+            found = self.first_to_try(base.source, _random_configs(self.rng, base.space, base.config))
             if found is not None:
                 source, cfg = found
                 return self.ok(source, f"random config of {base.label}: {_change(base.config, cfg)}",
@@ -305,7 +313,7 @@ class _Step:
     def random_config(self, parent: NodeView, own: tuple[Space, Config], mode: str) -> Proposal:
         space, config = own
         assert parent.source is not None
-        found = self.first_untried(parent.source, _random_configs(self.rng, space, config))
+        found = self.first_to_try(parent.source, _random_configs(self.rng, space, config))
         if found is None:
             return self.random_base()
         source, cfg = found
@@ -324,7 +332,7 @@ class _Step:
 
         for cfg, doc in _skill_configs(self.task, space, config):  # verified skills first: they won before
             source = tn.write(parent.source, cfg)
-            if self.fresh(source):
+            if self.worth_trying(source):
                 return self.ok(source, f"applied {doc}: {_change(config, cfg)}",
                                f"{mode}: from #{parent.id}, a verified skill ({doc}): {_change(config, cfg)}")  # fmt: skip
         scale = max((abs(v) for v in scores.values()), default=0.0) or 1.0
@@ -368,7 +376,7 @@ class _Step:
         for chosen, why in plans():
             cfg = _apply(space, config, chosen)
             source = tn.write(parent.source, cfg)
-            if self.fresh(source):
+            if self.worth_trying(source):
                 return self.ok(source, f"mutate {_change(config, cfg)}",
                                f"{mode}: from #{parent.id}, {why}: {_change(config, cfg)}")  # fmt: skip
         return self.random_config(parent, own, mode)
@@ -389,7 +397,7 @@ class _Step:
                 for move in [None, *self.rng.sample(steps, len(steps))]:
                     cfg = reverted if move is None else _apply(space, reverted, [move])
                     source = tn.write(parent.source, cfg)
-                    if self.fresh(source):
+                    if self.worth_trying(source):
                         return self.ok(source, f"step back {_change(config, cfg)}",
                                        f"#{parent.id} failed ({parent.status}); back towards #{before.id}: "
                                        f"{_change(config, cfg)}")  # fmt: skip
@@ -412,7 +420,7 @@ class _Step:
             if cfg in (config, {**config, **{k: other[1][k] for k in shared}}):
                 continue
             source = tn.write(first.source, cfg)
-            if self.fresh(source):
+            if self.worth_trying(source):
                 taken = [k for k in shared if cfg[k] != config[k]]
                 return self.ok(source, f"crossover #{first.id} x #{second.id}: {', '.join(taken)} from #{second.id}",
                                f"uniform crossover of #{first.id} and #{second.id}: {tn.format_config(cfg)}")  # fmt: skip
@@ -420,10 +428,10 @@ class _Step:
 
     # -- search helpers ----------------------------------------------------------------------------
 
-    def first_untried(self, source: str, configs: Iterable[Config]) -> tuple[str, Config] | None:
+    def first_to_try(self, source: str, configs: Iterable[Config]) -> tuple[str, Config] | None:
         for cfg in configs:
             text = tn.write(source, cfg)
-            if self.fresh(text):
+            if self.worth_trying(text):
                 return text, cfg
         return None
 

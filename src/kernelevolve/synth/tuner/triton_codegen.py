@@ -1,7 +1,8 @@
 """Triton code generation for NVIDIA GPUs: an `OpGraph` in, a complete candidate file out.
 
 `generate(graph, config, precision, template)` returns a `Generated`: a file that imports torch and
-triton, declares `TUNABLES` and `CONFIG` (see `tunables.py`), defines the kernel(s), and a
+triton, declares `TUNABLES` and `CONFIG` (and `TILE`, the knobs that size a program's register tile,
+where the template has fixed ones; see `tunables.py`), defines the kernel(s), and a
 `ModelNew(nn.Module)` with the reference's constructor whose forward fetches the tensors, allocates
 the outputs in the graph's dtype and launches. Kernels read every knob from `CONFIG` at launch time, so
 the tuner's rewrite of the `CONFIG` line is all a new configuration takes; `config` here only picks the
@@ -142,7 +143,7 @@ def _elementwise(graph: OpGraph, precision: str, persistent: bool) -> Parts:
         tunables["ITERS"] = [1, 2, 4, 8]
         defaults["ITERS"] = 1
     helpers = helpers_for(ops) | ({"sm_count"} if persistent else set())
-    return Parts([kernel], fwd, tunables, defaults, helpers)
+    return Parts([kernel], fwd, tunables, defaults, helpers, tile=("BLOCK",))
 
 
 def _elementwise_2d(graph: OpGraph, precision: str) -> Parts:
@@ -197,7 +198,7 @@ def _elementwise_2d(graph: OpGraph, precision: str) -> Parts:
     }
     block_r = pick([1, 2, 4, 8, 16, 32, 64], max(1, 4096 // block_c))
     defaults: dict[str, int | str] = {"BLOCK_R": block_r, "BLOCK_C": block_c, "num_warps": 8}
-    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops))
+    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops), tile=("BLOCK_R", "BLOCK_C"))
 
 
 def _broadcasts(graph: OpGraph) -> bool:
@@ -271,7 +272,10 @@ def _assemble(graph: OpGraph, template: str, parts: Parts, config: dict[str, Any
     head += "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
     tunables = "{" + ", ".join(f"{k!r}: {v!r}" for k, v in parts.tunables.items()) + "}"
     config_line = format_config({k: config[k] for k in parts.tunables})
-    blocks = [doc + "\n" + head, f"TUNABLES = {tunables}\nCONFIG = {config_line}\n"]
+    declarations = f"TUNABLES = {tunables}\nCONFIG = {config_line}\n"
+    if parts.tile:
+        declarations += f"TILE = {tuple(parts.tile)!r}\n"
+    blocks = [doc + "\n" + head, declarations]
     blocks += [HELPERS[h] for h in sorted(parts.helpers)]
     blocks += parts.kernels
     blocks.append(_module(graph, parts.forward))

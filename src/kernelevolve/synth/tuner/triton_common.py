@@ -34,13 +34,16 @@ class CodegenError(KernelevolveError, ValueError):
 @dataclass
 class Parts:
     """What a template contributes to the file: kernel sources, the forward's body (unindented
-    lines), its tunables and their defaults, and module-level helpers it needs (see HELPERS)."""
+    lines), its tunables and their defaults, module-level helpers it needs (see HELPERS), and the
+    knobs whose product is the tile one program holds in registers (written as `TILE`, see
+    `tunables.py`; empty where no fixed knobs size it)."""
 
     kernels: list[str]
     forward: list[str]
     tunables: dict[str, list[int | str]]
     defaults: dict[str, int | str]
     helpers: set[str] = field(default_factory=set)
+    tile: tuple[str, ...] = ()
 
 
 # Module-level helpers a template may ask for, emitted before the kernels.

@@ -138,7 +138,7 @@ def build(graph: OpGraph, precision: str) -> Parts:
 
     fwd = _forward(graph, names, a, b, bias, epilogue)
     tunables, defaults = _knobs(graph, dots, native)
-    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops))
+    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops), tile=("BLOCK_M", "BLOCK_N"))
 
 
 def _forward(

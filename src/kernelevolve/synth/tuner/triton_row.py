@@ -115,7 +115,9 @@ def build(graph: OpGraph, precision: str, looped: bool) -> Parts:
         f"return {outputs_tuple(graph)}",
     ]
     tunables, defaults = _knobs(graph, looped)
-    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops))
+    # The single-pass tile is ROWS x next_power_of_2(cols), sized per shape in the forward: no TILE.
+    tile = ("ROWS", "CHUNK") if looped else ()
+    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops), tile=tile)
 
 
 def _knobs(graph: OpGraph, looped: bool) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:

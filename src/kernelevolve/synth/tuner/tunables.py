@@ -9,16 +9,35 @@ Every value of CONFIG must be one of the choices in TUNABLES. The tuner reads bo
 the file (`ast.literal_eval`), and writes a new configuration by replacing the `CONFIG` assignment's
 source text, leaving the rest of the file byte for byte unchanged. Generated kernels and a user's own
 kernel (`kernelevolve tune`) use the same convention.
+
+A Triton candidate may also declare which knobs size the tile one program holds live in registers,
+as a third literal next to CONFIG:
+
+    TILE = ("ROWS", "CHUNK")
+
+The product of those CONFIG values, over the program's threads (32 * CONFIG["num_warps"]), is the
+tile's elements per thread, and a configuration above THREAD_TILE_LIMIT (256) does not fit (`fits`):
+the tuner never proposes one (a seed or sample is still offered once as written). Why: a thread has
+at most 255 32-bit registers, so a larger fp32 tile spills and is never fast; and Triton's compiler
+(LLVM/ptxas) takes minutes on it. Measured with
+Triton 3.6 for sm_90 on a [ROWS, CHUNK] fp32 tile: 32 per thread compiled in 1.9 s, 256 in 3.5 s,
+512 in 8-9 s, 1024 in 40 s, 2048 in over 200 s (killed); in a GPU soak, ROWS 8 x CHUNK 8192 (or
+16384) at num_warps 1 timed out after 120 s in compilation. The limit does not apply without a
+TILE, without a num_warps in CONFIG, or where a value of the product is not an int (e.g. "auto": the
+forward sizes it per shape).
 """
 
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any
 
 from kernelevolve import pyast
 
 Config = dict[str, Any]
+THREAD_TILE_LIMIT = 256  # tile elements per thread; a thread has at most 255 32-bit registers
+WARP_SIZE = 32
 
 
 class TunablesError(ValueError):
@@ -61,7 +80,64 @@ def read(source: str) -> tuple[dict[str, list[Any]], Config] | None:
             raise TunablesError(f"CONFIG has no value for tunable {key!r}")
         if config[key] not in choices:
             raise TunablesError(f"CONFIG[{key!r}] = {config[key]!r} is not one of {list(choices)}")
+    _tile(tree, config)  # a malformed TILE makes the declaration malformed
     return {k: list(v) for k, v in tunables.items()}, dict(config)
+
+
+def _tile(tree: ast.Module, config: Config) -> tuple[str, ...] | None:
+    """The TILE declaration's knob names, or None if there is none. Raises TunablesError when it is
+    not a literal tuple or list of names that CONFIG has."""
+    node = _assignment(tree, "TILE")
+    if node is None:
+        return None
+    try:
+        tile = ast.literal_eval(node.value)
+    except ValueError as exc:
+        raise TunablesError(
+            f"TILE must be a literal tuple of CONFIG keys, e.g. ('ROWS', 'CHUNK'): {exc}"
+        ) from None
+    if not isinstance(tile, tuple | list) or not tile or not all(isinstance(k, str) for k in tile):
+        raise TunablesError(
+            f"TILE must be a non-empty tuple of CONFIG keys, e.g. ('ROWS', 'CHUNK'); got {tile!r}"
+        )
+    missing = [k for k in tile if k not in config]
+    if missing:
+        raise TunablesError(f"TILE names {', '.join(map(repr, missing))}, which CONFIG does not have")
+    return tuple(tile)
+
+
+def tile_per_thread(source: str) -> float | None:
+    """Elements per thread of the tile the candidate's TILE declares at its CONFIG:
+    prod(CONFIG[k] for k in TILE) / (32 * CONFIG["num_warps"]). None where the limit does not apply:
+    no TILE (or no CONFIG, or a file that does not parse), no num_warps, or a value that is not an int
+    (e.g. "auto"). Raises TunablesError for a malformed TILE or CONFIG."""
+    try:
+        tree = pyast.parse(source)
+    except SyntaxError:
+        return None
+    c_node = _assignment(tree, "CONFIG")
+    if c_node is None or _assignment(tree, "TILE") is None:
+        return None
+    try:
+        config = ast.literal_eval(c_node.value)
+    except ValueError as exc:
+        raise TunablesError(f"CONFIG must be a literal dict: {exc}") from None
+    if not isinstance(config, dict):
+        raise TunablesError("CONFIG must be a dict")
+    tile = _tile(tree, config)
+    if tile is None:
+        return None
+    values = [config[k] for k in tile] + [config.get("num_warps")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return None
+    return math.prod(values[:-1]) / (WARP_SIZE * values[-1])
+
+
+def fits(source: str) -> bool:
+    """Whether the candidate's tile, at its CONFIG, is within THREAD_TILE_LIMIT elements per thread
+    (True where the limit does not apply, see `tile_per_thread`)."""
+    per_thread = tile_per_thread(source)
+    return per_thread is None or per_thread <= THREAD_TILE_LIMIT
 
 
 def write(source: str, config: Config) -> str:
@@ -80,4 +156,13 @@ def format_config(config: Config) -> str:
     return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in config.items()) + "}"
 
 
-__all__ = ["Config", "TunablesError", "format_config", "read", "write"]
+__all__ = [
+    "THREAD_TILE_LIMIT",
+    "Config",
+    "TunablesError",
+    "fits",
+    "format_config",
+    "read",
+    "tile_per_thread",
+    "write",
+]
