@@ -178,6 +178,9 @@ def test_bench_json_has_results_and_summary(bench_run: dict[str, Any]) -> None:
     est = doc["estimate"]
     assert est["candidates"] == 4 and est["usd"] == 0.0 and "offline tuner" in est["basis"]
     assert "estimate: 4 candidates, no model cost" in res.stderr
+    assert doc["per_device"] == 1
+    # A run's own progress names its spec: with --per-device the lines of several runs interleave.
+    assert re.search(r"\[2/2\] 2_ew_chain: node \d+: new best", res.stderr), res.stderr
 
 
 def test_bench_report_files(bench_run: dict[str, Any]) -> None:
@@ -194,6 +197,7 @@ def test_bench_report_files(bench_run: dict[str, Any]) -> None:
         "strict",
         "budget",
         "synthesizer",
+        "specs per device",
         "ew_chain",
         "fast_1",
     ):
@@ -209,9 +213,10 @@ def test_bench_resumes_and_reruns_only_changed_specs(bench_run: dict[str, Any]) 
     ws, suite, args = bench_run["ws"], bench_run["suite"], bench_run["args"]
     with Workspace.open(ws) as w:
         runs_before = len(w.runs())
-    again = _invoke([*args, "--json"])
+    again = _invoke([*args, "--json", "--per-device", "2"])  # not part of the bench's key
     assert again.exit_code == 0, again.output
     assert "done earlier" in again.stderr
+    assert json.loads(again.stdout)["per_device"] == 2  # the most any invocation ran
     with Workspace.open(ws) as w:
         assert len(w.runs()) == runs_before  # nothing was run twice
     assert json.loads(again.stdout)["bench_id"] == json.loads(bench_run["first"].stdout)["bench_id"]
@@ -220,6 +225,7 @@ def test_bench_resumes_and_reruns_only_changed_specs(bench_run: dict[str, Any]) 
     path.write_text(path.read_text() + "\n# changed\n")
     third = _invoke([*args, "--json"])
     assert third.exit_code == 0, third.output
+    assert json.loads(third.stdout)["per_device"] == 2
     with Workspace.open(ws) as w:
         assert len(w.runs()) == runs_before + 1
     listing = _invoke(["benches", "list", "--workspace", str(ws), "--json"])
@@ -340,3 +346,75 @@ def test_several_devices_take_one_spec_each_at_a_time(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match="spec"):
         _schedule(boom, 3, cpu_settings(tmp_path), [0, 1])
+
+
+def _recording(per_spec_s: float = 0.3) -> tuple[Any, list[tuple[int, int, float, float, int]]]:
+    """A fake `one` that records (spec, device, start, end, device_share) of every call."""
+    import threading
+    import time
+
+    calls: list[tuple[int, int, float, float, int]] = []
+    lock = threading.Lock()
+
+    def one(i: int, settings: Any) -> None:
+        start = time.monotonic()
+        time.sleep(per_spec_s)
+        with lock:
+            calls.append((i, settings.device, start, time.monotonic(), settings.device_share))
+
+    return one, calls
+
+
+def _most_at_once(calls: list[tuple[int, int, float, float, int]], device: int | None = None) -> int:
+    spans = [(s, e) for _, d, s, e, _ in calls if device is None or d == device]
+    return max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+
+
+def test_per_device_runs_several_specs_at_once_on_one_device(tmp_path: Path) -> None:
+    from kernelevolve.bench.runner import _schedule
+    from tests.conftest import cpu_settings
+
+    one, calls = _recording()
+    _schedule(one, 4, cpu_settings(tmp_path), None, per_device=2)
+    assert sorted(i for i, *_ in calls) == [0, 1, 2, 3]  # every spec once
+    assert _most_at_once(calls) == 2  # two at a time, never more
+    assert {(d, share) for _, d, _, _, share in calls} == {(0, 2)}
+
+    one, calls = _recording(0.05)
+    _schedule(one, 3, cpu_settings(tmp_path), None)  # K = 1: one after the other, as before
+    assert sorted(i for i, *_ in calls) == [0, 1, 2] and _most_at_once(calls) == 1
+    assert {share for *_, share in calls} == {1}
+
+
+def test_per_device_with_two_devices_runs_two_specs_on_each(tmp_path: Path) -> None:
+    from kernelevolve.bench.runner import _schedule
+    from tests.conftest import cpu_settings
+
+    one, calls = _recording()
+    _schedule(one, 8, cpu_settings(tmp_path), [0, 1], per_device=2)
+    assert sorted(i for i, *_ in calls) == list(range(8))
+    assert _most_at_once(calls) == 4
+    assert _most_at_once(calls, 0) == 2 and _most_at_once(calls, 1) == 2
+    assert {(d, share) for _, d, _, _, share in calls} == {(0, 2), (1, 2)}
+
+
+def test_per_device_splits_each_devices_memory_over_its_pools(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from kernelevolve.bench.runner import _pinned
+    from kernelevolve.evaluate.pool import gpu_fraction
+    from tests.conftest import cpu_settings
+
+    base = replace(cpu_settings(tmp_path), workers=2, spares=1, gpu_memory_fraction=None)
+    assert gpu_fraction(base, "cuda") == 0.3  # one pool: 0.9 over its 3 processes
+    three = _pinned(base, 1, 3)
+    assert (three.device, three.devices, three.device_share) == (1, "1", 3)
+    assert gpu_fraction(three, "cuda") == 0.1  # three pools on the device: a third each
+    assert gpu_fraction(_pinned(base, 0, 1), "cuda") == 0.3
+    assert gpu_fraction(replace(three, gpu_memory_fraction=0.25), "cuda") == 0.25  # the setting wins
+    assert gpu_fraction(three, "cpu") is None
+
+
+def test_per_device_must_be_positive(tmp_path: Path) -> None:
+    res = _invoke(["bench", str(SPECS), "--per-device", "0", "--workspace", str(tmp_path / "ws")])
+    assert res.exit_code == 2 and "--per-device 0" in res.stderr

@@ -56,12 +56,13 @@ def _bench_progress() -> Any:
             err.print(f"[{colour}]{counter} {escape(data['name'])}: {_result_text(data['result'])}[/]")
         elif event == "run_event":
             inner, d = data["event"], data["data"]
+            spec = f"{counter} {escape(str(data.get('name') or data.get('path')))}:"  # runs interleave
             if inner == "evaluated" and d.get("new_best"):
                 v = d["verdict"]
-                err.print(f"[dim]    node {d['node']}: new best, {_fmt_x(v.speedup_vs_eager)} vs eager, "
+                err.print(f"[dim]    {spec} node {d['node']}: new best, {_fmt_x(v.speedup_vs_eager)} vs eager, "
                           f"{_fmt_x(v.speedup_vs_compile)} vs compile[/]")  # fmt: skip
             elif inner == "stop":
-                err.print(f"[dim]    stopping: {escape(d['reason'])}[/]")
+                err.print(f"[dim]    {spec} stopping: {escape(d['reason'])}[/]")
 
     return on_event
 
@@ -141,6 +142,9 @@ def bench(
     devices: Annotated[
         str | None, typer.Option(help="Run specs on several devices at once: 0,1,2,3 or all (GPUs).")
     ] = None,
+    per_device: Annotated[
+        int, typer.Option(help="Specs run at once on each device (timings still take turns per device).")
+    ] = 1,
     workers: Annotated[int | None, typer.Option(help="Candidates evaluated at once (0: auto).")] = None,
     timing_budget: Annotated[float | None, typer.Option(help="Seconds of timing per shape.")] = None,
     max_usd: Annotated[float | None, typer.Option(help="USD budget per op (model synthesizers).")] = None,
@@ -155,6 +159,7 @@ def bench(
       kernelevolve bench PATH/TO/kernelbench/level2 --budget 20 --baseline compile
       kernelevolve bench suites/llm --report out/ --json > bench.json
       kernelevolve bench suites --devices all          # one spec per GPU at a time
+      kernelevolve bench suites --devices all --per-device 3   # three per GPU: more host CPU, 1/3 the memory
     Run the same command again to resume; --fresh starts over.
     """
     from kernelevolve.bench import run_bench
@@ -168,7 +173,7 @@ def bench(
         limits = _limits(budget, None, None, max_usd, None, None)
         synth = SynthConfig(name=llm or "tuner", base_url=base_url)
         doc = run_bench(directory, settings, search, limits, synth, track=track, fresh=fresh, only=only,
-                        devices=_devices(devices), on_event=_bench_progress())  # fmt: skip
+                        devices=_devices(devices), per_device=per_device, on_event=_bench_progress())  # fmt: skip
     except KernelevolveError as exc:
         _fail(exc)
         return

@@ -53,7 +53,10 @@ class Settings:
     memory_limit_gb: float = 16.0
     sandbox_network: bool = True  # the worker in its own empty network namespace (Linux; SECURITY.md)
     sandbox_filesystem: bool = True  # the worker writes only in its own directory (Linux Landlock)
-    gpu_memory_fraction: float | None = None  # None: 0.9 / (worker processes on the device)
+    gpu_memory_fraction: float | None = None  # None: 0.9 / (device_share * worker processes of the pool)
+    # Pools sharing each device (`kernelevolve bench --per-device K` sets K): each pool's workers get
+    # 1/device_share of the memory an unset `gpu_memory_fraction` gives them.
+    device_share: int = 1
     # Pool: candidates evaluated at once, and warm workers kept prepared ahead of need.
     workers: int = 0  # 0: auto (2 per GPU, 1 on the CPU)
     spares: int = 1
@@ -120,6 +123,7 @@ class Settings:
         self.eval_retries = max(0, self.eval_retries)
         self.workers = max(0, self.workers)
         self.spares = max(0, self.spares)
+        self.device_share = max(1, self.device_share)
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ project's exceptions (`kernelevolve.errors`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -33,16 +34,29 @@ def device_key(identity: dict[str, str | None], platform: str) -> str:
 def hardware_profile(
     platform: Platform, settings: Settings, ws: Workspace, remeasure: bool = False
 ) -> tuple[dict[str, Any], bool]:
-    """The cached profile of this device and software, measured now if absent. (profile, measured_now)"""
+    """The cached profile of this device and software, measured now if absent. (profile, measured_now)
+    Runs that start at once in one process (a bench's, `--per-device`) measure it once: the others
+    wait for that measurement and read it from the workspace."""
     key = device_key(platform.identity(settings.device), platform.name)
-    cached = None if remeasure else ws.get_hardware_profile(key)
-    if cached is not None:
-        return cached, False
-    profile = measure_profile(platform, settings)
-    ws.put_hardware_profile(key, platform.name, profile.get("device", ""), profile)
-    stored = ws.get_hardware_profile(key)
-    assert stored is not None
-    return stored, True
+    with _profile_lock(ws.root, key):
+        cached = None if remeasure else ws.get_hardware_profile(key)
+        if cached is not None:
+            return cached, False
+        profile = measure_profile(platform, settings)
+        ws.put_hardware_profile(key, platform.name, profile.get("device", ""), profile)
+        stored = ws.get_hardware_profile(key)
+        assert stored is not None
+        return stored, True
+
+
+_PROFILE_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+_PROFILE_LOCKS_GUARD = threading.Lock()
+
+
+def _profile_lock(workspace: Path, key: str) -> threading.Lock:
+    """One lock per workspace and hardware profile key."""
+    with _PROFILE_LOCKS_GUARD:
+        return _PROFILE_LOCKS.setdefault((str(workspace.resolve()), key), threading.Lock())
 
 
 def sized_for(settings: Settings, platform: Platform, candidates: int, slots: int | None = None) -> Settings:

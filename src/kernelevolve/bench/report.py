@@ -54,6 +54,7 @@ def header(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("budget", f"{doc.get('budget')} candidates per op, policy {doc.get('policy')}, "
                    f"timing {doc.get('timing_budget_s')} s per shape"),
         ("synthesizer", str(doc.get("synthesizer"))),
+        ("specs per device", str(doc.get("per_device") or 1)),
         ("fitness baseline", str(doc.get("fitness_baseline"))),
         ("date", fmt_date(doc.get("updated_at"))),
         ("status", str(doc.get("status"))),

@@ -2,8 +2,8 @@
 
 `run_bench(directory, ...)` finds the spec files (`discover`), records a bench in the workspace and
 gives each spec its own run (`optimize.start` + `optimize.drive`, the same runs `optimize` makes),
-one after the other, and returns the bench document: options, environment, one result row per spec
-(`bench.results`) and the summary metrics (`bench.metrics`).
+one after the other (or `per_device` at a time), and returns the bench document: options,
+environment, one result row per spec (`bench.results`) and the summary metrics (`bench.metrics`).
 
 Resuming: a bench is found again by its key, a hash of the directory and the options that change the
 numbers (track, baselines, synthesizer, budget, policy, platform). Running the same command again
@@ -14,6 +14,14 @@ or a sample added or changed for it since, runs it again. `fresh=True` starts a 
 Several devices (`devices=[0, 1, 2, 3]`): one spec per device at a time, each run's evaluator pool on
 its own device; the runs share the workspace (SQLite transactions). A spec's numbers come from one
 device, like any run's.
+
+Several specs per device (`per_device=K`, with or without `devices`): K runs at once on each device.
+A search spends most of its time starting workers on the host (python, torch, the compile baseline),
+so the device idles; K runs keep it busier. Their numbers stay clean: every first run, correctness
+check and timing holds the device's lease (`evaluate/lease.py`, shared by every process on the host),
+so no two timings overlap on a device. What K costs: K times the host CPU, and each run's workers get
+1/K of the device memory they would have alone (`Settings.device_share`). The hardware profile is
+measured once per device, not by each of the K runs (`jobs.hardware_profile`).
 
 Failures stay local: a spec that fails to load is recorded as a `load_error` and skipped; a run that
 raises (the harness failing, say) is recorded with its error and counts as incorrect. Only Ctrl-C
@@ -117,13 +125,19 @@ def run_bench(
     fresh: bool = False,
     only: str | None = None,
     devices: Sequence[int] | None = None,
+    per_device: int = 1,
     on_event: Event | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the bench of `directory`; returns the bench document (see `bench_document`).
-    With several `devices`, that many specs run at once, each run on one device."""
+    With several `devices`, that many specs run at once, each run on one device; `per_device` specs
+    run at once on each device (the one of `settings.device` when no `devices` are given)."""
     from kernelevolve import optimize as jobs
     from kernelevolve.platforms import select
 
+    if per_device < 1:
+        raise WorkspaceError(
+            f"--per-device {per_device}: give 1 or more (the specs run at once on each device)"
+        )
     if track not in TRACKS:
         raise WorkspaceError(f"unknown track {track!r}", hint="tracks: " + ", ".join(TRACKS))
     emit = on_event or (lambda event, data: None)
@@ -146,8 +160,12 @@ def run_bench(
         resumed = bench_id is not None
         if bench_id is None:
             config = {**options, "search": asdict(search), "limits": asdict(limits), "synth": asdict(synth),
-                      "timing_budget_s": settings.timing_budget_s}  # fmt: skip
+                      "timing_budget_s": settings.timing_budget_s, "per_device": per_device}  # fmt: skip
             bench_id = ws.create_bench(key, str(directory.resolve()), config)
+        else:  # the most specs per device any invocation of this bench ran
+            config = ws.bench(bench_id)["config"]
+            if per_device > config.get("per_device", 1):
+                ws.set_bench_config(bench_id, {**config, "per_device": per_device})
         items = {row["path"]: row for row in ws.bench_items(bench_id)}
         rels = [str(p.relative_to(directory)) if directory.is_dir() else p.name for p in files]
         for i, (path, rel) in enumerate(zip(files, rels, strict=True)):
@@ -191,22 +209,29 @@ def run_bench(
         if result is not None:
             emit("result", {**info, "name": spec.name, "result": result})
 
-    _schedule(one, len(files), settings, devices)
+    _schedule(one, len(files), settings, devices, per_device)
 
     with Workspace.open(settings.workspace) as ws:
         ws.set_bench_status(bench_id, "done")
         return {**bench_document(ws, bench_id), "estimate": cost.to_dict()}
 
 
+def _pinned(settings: Settings, device: int, per_device: int) -> Settings:
+    """A spec's run settings: pinned to one device (a search's own `devices = auto` would spread it),
+    its pool sharing the device's memory with the `per_device - 1` other runs there."""
+    share = settings.device_share * per_device
+    return replace(settings, device=device, devices=str(device), device_share=share)
+
+
 def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settings,
-              devices: Sequence[int] | None) -> None:  # fmt: skip
-    """Call `one(i, settings)` for every spec: in order on one device, or one spec per device at a
-    time (a thread per device takes the next spec when its run ends). On Ctrl-C no new spec starts;
-    with several devices the runs in flight finish first (each is stored as it goes)."""
-    if not devices or len(devices) == 1:
-        # a spec's run is pinned to one device (a search's own `devices = auto` would spread it)
-        device = devices[0] if devices else settings.device
-        one_settings = replace(settings, device=device, devices=str(device))
+              devices: Sequence[int] | None, per_device: int = 1) -> None:  # fmt: skip
+    """Call `one(i, settings)` for every spec: in order on one device, or `per_device` specs per
+    device at a time (that many threads per device, each taking the next spec when its run ends). On
+    Ctrl-C no new spec starts; with several threads the runs in flight finish first (each is stored as
+    it goes)."""
+    devices = list(devices) if devices else [settings.device]
+    if len(devices) == 1 and per_device == 1:
+        one_settings = _pinned(settings, devices[0], 1)
         for i in range(count):
             one(i, one_settings)
         return
@@ -216,7 +241,7 @@ def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settin
     errors: list[BaseException] = []
 
     def worker(device: int) -> None:
-        device_settings = replace(settings, device=device, devices=str(device))
+        device_settings = _pinned(settings, device, per_device)
         while not stop.is_set():
             with lock:
                 if not queue:
@@ -228,7 +253,10 @@ def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settin
                 errors.append(exc)
                 stop.set()
 
-    threads = [threading.Thread(target=worker, args=(d,), name=f"bench-device-{d}") for d in devices]
+    threads = [
+        threading.Thread(target=worker, args=(d,), name=f"bench-device-{d}-{k}")
+        for d in devices for k in range(per_device)
+    ]  # fmt: skip
     for t in threads:
         t.start()
     try:
@@ -275,7 +303,7 @@ def _run_one(
             emit("start", {**info, "name": spec.name, "run_id": run_id})
         else:
             emit("resume", {**info, "name": spec.name, "run_id": run_id})
-        summary = jobs.drive(run_id, settings.workspace, _forward(emit, info))
+        summary = jobs.drive(run_id, settings.workspace, _forward(emit, {**info, "name": spec.name}))
         with Workspace.open(settings.workspace) as ws:
             nodes = ws.nodes(run_id)
         result = result_row(spec.name, rel, summary, nodes, precision)
@@ -337,6 +365,7 @@ def bench_document(ws: Workspace, bench_id: str) -> dict[str, Any]:
         "budget": cfg.get("budget"),
         "policy": cfg.get("policy"),
         "timing_budget_s": cfg.get("timing_budget_s"),
+        "per_device": cfg.get("per_device", 1),
         "environment": environment,
         "results": [{k: v for k, v in r.items() if k != "method"} for r in results],
         "load_errors": load_errors,

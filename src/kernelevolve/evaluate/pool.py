@@ -38,6 +38,18 @@ def candidate_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
+def gpu_fraction(settings: Settings, platform: str) -> float | None:
+    """The share of device memory each of a pool's worker processes may take on a GPU: the setting,
+    else 0.9 split over the pool's workers and spares, and over the `device_share` pools on the device
+    (`kernelevolve bench --per-device`). None on the CPU."""
+    if settings.gpu_memory_fraction is not None:
+        return settings.gpu_memory_fraction
+    if platform in ("cuda", "rocm"):
+        processes = max(1, settings.workers) + max(1, settings.spares)
+        return round(0.9 / (max(1, settings.device_share) * processes), 3)
+    return None
+
+
 class EvaluatorPool:
     def __init__(
         self,
@@ -89,13 +101,6 @@ class EvaluatorPool:
         for w in spares:
             w.close()
 
-    def _gpu_fraction(self) -> float | None:
-        if self.settings.gpu_memory_fraction is not None:
-            return self.settings.gpu_memory_fraction
-        if self.platform.name in ("cuda", "rocm"):
-            return round(0.9 / (max(1, self.settings.workers) + max(1, self.settings.spares)), 3)
-        return None
-
     def _new_worker(self) -> WorkerHandle:
         return WorkerHandle(
             platform=self.platform,
@@ -103,7 +108,7 @@ class EvaluatorPool:
             spec_path=self.spec.path,
             precision=self.spec.precision,
             device_index=self.settings.device,
-            gpu_memory_fraction=self._gpu_fraction(),
+            gpu_memory_fraction=gpu_fraction(self.settings, self.platform.name),
             trusted_cache=self.trusted_cache if self.trusted_cache and self.trusted_cache.is_dir() else None,
         ).start()
 

@@ -84,6 +84,14 @@ class BenchesMixin:
                 "UPDATE benches SET status = ?, updated_at = ? WHERE id = ?", (status, _now(), bench_id)
             )
 
+    def set_bench_config(self, bench_id: str, config: Mapping[str, Any]) -> None:
+        """Replace a bench's stored options (how a later invocation ran it, say; not its key)."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE benches SET config_json = ?, updated_at = ? WHERE id = ?",
+                (_json(dict(config)), _now(), bench_id),
+            )
+
     def put_bench_item(self, bench_id: str, path: str, position: int, name: str, **fields: Any) -> None:
         """Insert or update one spec's row: `fingerprint`, `run_id`, `status`, `error`, `result`."""
         if "status" in fields and fields["status"] not in ITEM_STATUSES:
