@@ -160,3 +160,84 @@ def test_a_candidate_that_kills_itself_gets_only_the_allowed_retries(tmp_path: P
         assert v.status == Status.OOM and "SIGKILL" in v.message and not v.correct, v.message
         assert events.count("retry") == retries
         assert ("fresh workers" in v.message) == (retries > 0)
+
+
+# -- a fitness baseline that fails in some workers only ----------------------------------------------
+
+FLAKY_COMPILE_SPEC = '''
+"""Test spec: row softmax whose torch.compile fails in a worker started once the marker exists
+(while dynamo traces, the input is viewed in a shape none has); eager is unchanged."""
+
+import os
+
+import torch
+import torch.nn as nn
+
+BROKEN = os.path.exists({marker!r})
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        if BROKEN and torch.compiler.is_compiling():
+            x = x.view(-1, 7)
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs(rows=16, cols=256):
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow
+def test_a_fitness_baseline_lost_in_one_worker_is_retried_and_never_replaced_by_eager(
+    tmp_path: Path,
+) -> None:
+    """Fitness values on two baselines must not be compared within a run: once torch.compile has
+    worked in a worker, its failure in a later worker is retried, and then unranked, not scored vs eager.
+    A spec torch.compile never compiled falls back to eager, in every verdict alike."""
+    marker = tmp_path / "break-compile"
+    spec_path = tmp_path / "flaky_compile.py"
+    spec_path.write_text(FLAKY_COMPILE_SPEC.format(marker=str(marker)))
+    spec, cpu = load_spec(spec_path), get_platform("cpu")
+
+    def settings(name: str) -> Settings:
+        return cpu_settings(tmp_path / name, baselines=["eager", "compile"], fitness_baseline="compile",
+                            spares=0, eval_retries=1)  # fmt: skip
+
+    events: list[tuple[str, Any]] = []
+    with EvaluatorPool(
+        spec, cpu, settings("run"), on_event=lambda e, label, d: events.append((e, d))
+    ) as pool:
+        first = pool.evaluate_one(HONEST, "first.py")
+        marker.touch()  # spares = 0 on the CPU: every later worker starts after this
+        second = pool.evaluate_one(HONEST, "second.py")
+
+    assert first.status == Status.OK and not first.method.baseline_errors, first.message
+    assert first.method.fitness_baseline == "compile"
+    assert first.fitness == pytest.approx(first.speedup_vs_compile)
+
+    retries = [d for e, d in events if e == "retry"]
+    assert len(retries) == 1 and "torch.compile failed in this worker" in retries[0], retries
+    assert "earlier" in retries[0]
+    assert second.status == Status.OK and second.correct and second.timed, second.message
+    assert "compile" in second.method.baseline_errors
+    assert second.fitness == 0.0 and second.speedup_vs_eager and second.speedup_vs_compile is None
+    assert second.method.fitness_baseline == "compile"
+    assert "torch.compile failed in this worker" in second.message, second.message
+    assert "not ranked" in second.message and "2 fresh workers" in second.message, second.message
+
+    # Control: a pool that never saw torch.compile work falls back to eager, as every worker would.
+    events.clear()
+    with EvaluatorPool(
+        spec, cpu, settings("never"), on_event=lambda e, label, d: events.append((e, d))
+    ) as pool:
+        v = pool.evaluate_one(HONEST, "control.py")
+    assert v.status == Status.OK and "compile" in v.method.baseline_errors, v.message
+    assert not [e for e, _ in events if e == "retry"]
+    assert v.method.fitness_baseline == "eager"
+    assert v.fitness == pytest.approx(v.speedup_vs_eager) and v.fitness > 0
+    assert "(fitness vs eager: torch.compile failed in this worker" in v.message, v.message

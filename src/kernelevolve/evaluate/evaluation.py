@@ -451,11 +451,10 @@ class _Evaluation:
         v.timed = True
         v.speedup_vs_eager = weighted_speedup(v.shapes, "eager")
         v.speedup_vs_compile = weighted_speedup(v.shapes, "compile")
-        base = (
-            settings["fitness_baseline"]
-            if settings["fitness_baseline"] not in self.state.baseline_errors
-            else "eager"
-        )
+        # A fitness baseline that failed here falls back to eager, and the message says why; the
+        # pool decides whether that is the spec's failure (every worker) or this worker's (a retry).
+        fallback_reason = self.state.baseline_errors.get(settings["fitness_baseline"])
+        base = "eager" if fallback_reason else settings["fitness_baseline"]
         v.method.fitness_baseline = base
         fitness = v.speedup_vs_compile if base == "compile" else v.speedup_vs_eager
         v.fitness = fitness or 0.0
@@ -501,6 +500,8 @@ class _Evaluation:
             v.message = f"correct; {v.fitness:.2f}x vs {base}" + (
                 f" (spread {v.spread:.1%})" if v.spread is not None else ""
             )
+        if fallback_reason:
+            v.message += f" (fitness vs eager: {fallback_reason})"
 
     # -- helpers -----------------------------------------------------------------------------------
 

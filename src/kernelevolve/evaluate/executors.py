@@ -166,12 +166,14 @@ class DevicePools:
     """One `EvaluatorPool` per device behind one `evaluate_one`. A candidate goes to the device with
     the fewest evaluations in flight (the lowest index on a tie); its verdict's numbers all come from
     that device, eager and torch.compile measured beside it there. Whether a shape is timed as CUDA
-    graphs is decided once, by the first timed verdict on any device, and shared."""
+    graphs is decided once, by the first timed verdict on any device, and shared; so is which
+    baselines have worked in some worker (see `EvaluatorPool._run`)."""
 
     def __init__(self, request: Request, devices: list[int]):
         s = request.settings
         plan = split(s.workers or _per_gpu(request.platform) * len(devices), devices)
         graphs: dict[str, bool] = {}
+        baselines_seen: set[str] = set()
         self.devices = [d for d, _ in plan]
         self.pools: list[EvaluatorPool] = []
         for device, workers in plan:
@@ -183,7 +185,7 @@ class DevicePools:
                 trusted_cache=_device_cache(request.trusted_cache, device),
                 on_event=request.on_event,
             )
-            pool.graphs = graphs
+            pool.graphs, pool.baselines_seen = graphs, baselines_seen
             self.pools.append(pool)
         self._load = LeastLoaded(len(self.pools))
 

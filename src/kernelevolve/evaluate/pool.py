@@ -79,6 +79,9 @@ class EvaluatorPool:
         # Per shape, whether it is timed as CUDA graphs: the first timed verdict decides, and every
         # later candidate is timed the same way (see timing.py).
         self.graphs: dict[str, bool] = {}
+        # The baselines prepared in some worker of this pool (shared by a run's device pools): once
+        # the fitness baseline has worked, its failure in a later worker is that worker's, not the spec's.
+        self.baselines_seen: set[str] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -244,18 +247,41 @@ class EvaluatorPool:
                 )
             finally:
                 self._release(worker)
-            if not killed_from_outside(outcome) or retries >= self.settings.eval_retries or self._closed:
+            verdict = self._verdict_from(outcome, base, kind)
+            self.baselines_seen.update(verdict.method.baselines)
+            lost = self._lost_fitness_baseline(verdict)
+            if killed_from_outside(outcome):
+                # Someone else's kill (an operator, a node's OOM killer reaping the biggest process) is
+                # not the candidate's doing; a death that repeats in a fresh worker is.
+                reason = f"{outcome.detail} during phase {outcome.phase}"
+            elif lost:
+                reason = f"{lost} though it worked in earlier ones"
+            else:
                 break
-            # Someone else's kill (an operator, a node's OOM killer reaping the biggest process) is
-            # not the candidate's doing; a death that repeats in a fresh worker is.
+            if retries >= self.settings.eval_retries or self._closed:
+                break
             retries += 1
-            self.on_event(
-                "retry", label, f"{outcome.detail} during phase {outcome.phase}; retrying in a fresh worker"
+            self.on_event("retry", label, f"{reason}; retrying in a fresh worker")
+        if lost:
+            # Its fitness fell back to eager (the message already says why), which would not compare
+            # with the run's other verdicts: correct and measured, but not ranked.
+            name = verdict.method.fitness_baseline = self.settings.fitness_baseline
+            verdict.fitness = 0.0
+            verdict.message += (
+                f"; not ranked: {name} worked in earlier workers of this run, so a fitness vs eager "
+                "would not compare" + (f" (the same in {retries + 1} fresh workers)" if retries else "")
             )
-        verdict = self._verdict_from(outcome, base, kind)
-        if retries and not verdict.ok:
+        elif retries and not verdict.ok:
             verdict.message += f" (the same in {retries + 1} fresh workers)"
         return verdict
+
+    def _lost_fitness_baseline(self, verdict: Verdict) -> str | None:
+        """Why a timed verdict's fitness baseline failed in its worker, when it has worked in another
+        worker of this run; None otherwise (a spec torch.compile cannot compile falls back to eager
+        in every worker, consistently)."""
+        name = self.settings.fitness_baseline
+        error = verdict.method.baseline_errors.get(name)
+        return error if verdict.timed and error and name in self.baselines_seen else None
 
     def _verdict_from(self, outcome: Outcome, base: dict[str, Any], kind: str | None) -> Verdict:
         s = self.settings

@@ -272,7 +272,7 @@ def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: 
         st.compiled = compiled
     except Exception as exc:
         msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        state.baseline_errors["compile"] = f"torch.compile failed on this spec ({msg[:300]})"
+        state.baseline_errors["compile"] = f"torch.compile failed in this worker ({msg[:300]})"
         for other in state.shapes:
             other.compiled = None
 
