@@ -219,6 +219,7 @@ def test_a_fitness_baseline_lost_in_one_worker_is_retried_and_never_replaced_by_
     assert first.status == Status.OK and not first.method.baseline_errors, first.message
     assert first.method.fitness_baseline == "compile"
     assert first.fitness == pytest.approx(first.speedup_vs_compile)
+    assert first.phases["start:compile_baseline"] > 0, first.phases  # the start-up step it took
 
     retries = [d for e, d in events if e == "retry"]
     assert len(retries) == 1 and "torch.compile failed in this worker" in retries[0], retries
@@ -241,3 +242,19 @@ def test_a_fitness_baseline_lost_in_one_worker_is_retried_and_never_replaced_by_
     assert v.method.fitness_baseline == "eager"
     assert v.fitness == pytest.approx(v.speedup_vs_eager) and v.fitness > 0
     assert "(fitness vs eager: torch.compile failed in this worker" in v.message, v.message
+
+
+@pytest.mark.slow
+def test_a_verdict_says_where_start_up_time_went(softmax_pool: EvaluatorPool) -> None:
+    # A search bound by the host (GPUs busy 10-20% of the time) must show where the time went.
+    v = softmax_pool.evaluate_one(HONEST, "honest_start_up.py")
+    assert v.status == Status.OK, v.message
+    steps = {k: t for k, t in v.phases.items() if k.startswith("start:")}
+    # (no torch.compile baseline in these tests' settings, so no "start:compile_baseline" step)
+    assert set(steps) == {"start:device", "start:spec", "start:reference_outputs", "start:timer"}, steps
+    assert all(t >= 0 for t in steps.values()), steps
+    assert steps["start:reference_outputs"] > 0, steps  # the reference run on every trial's inputs
+    # spawn to ready: the worker's own steps, and before them the interpreter and torch's import
+    assert v.phases["worker_start"] > sum(steps.values()), v.phases
+    assert v.phases["worker_wait"] >= 0
+    assert {"compile", "correctness", "timing"} <= set(v.phases), v.phases  # the evaluation's own

@@ -77,6 +77,7 @@ class WorkerHandle:
         self.ready_error: BaseException | None = None
         self._ready = threading.Event()
         self._chan: Channel | None = None
+        self._spawned = 0.0
 
     # -- start-up ----------------------------------------------------------------------------------
 
@@ -118,6 +119,7 @@ class WorkerHandle:
             argv.append("--no-netns")
         if not s.sandbox_filesystem:
             argv.append("--no-landlock")
+        self._spawned = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 argv,
@@ -181,7 +183,9 @@ class WorkerHandle:
                     hint=self._sandbox_hint() + msg.get("traceback", "")[-2000:],
                 )
             else:
-                self.info, self.notes = msg.get("info"), msg.get("notes", [])
+                self.info, self.notes = msg.get("info") or {}, msg.get("notes", [])
+                # spawn to ready: the interpreter, torch's import and the worker's own steps
+                self.info["start_s"] = round(time.monotonic() - self._spawned, 3)
         self._ready.set()
 
     def _sandbox_hint(self) -> str:

@@ -50,6 +50,19 @@ def gpu_fraction(settings: Settings, platform: str) -> float | None:
     return None
 
 
+def _note_start_up(verdict: Verdict, waited: float, info: dict[str, Any]) -> None:
+    """Where an evaluation's time went before its candidate ran, beside its phases: `worker_wait`,
+    how long it waited for a prepared worker (part of its wall time); `worker_start`, how long that
+    worker took from spawn to ready (mostly before, overlapping other evaluations); and the worker's
+    own start-up steps (`start:device`, `start:spec`, `start:compile_baseline`,
+    `start:reference_outputs`, `start:timer`). A search bound by the host shows it here."""
+    verdict.phases["worker_wait"] = round(waited, 3)
+    if info.get("start_s") is not None:
+        verdict.phases["worker_start"] = float(info["start_s"])
+    for step, seconds in (info.get("prepare_steps") or {}).items():
+        verdict.phases[f"start:{step}"] = float(seconds)
+
+
 class EvaluatorPool:
     def __init__(
         self,
@@ -230,7 +243,9 @@ class EvaluatorPool:
     ) -> Verdict:
         retries = 0
         while True:
+            asked = time.monotonic()
             worker = self._take()
+            waited = time.monotonic() - asked
             try:
                 outcome = worker.run_job(
                     "evaluate",
@@ -248,6 +263,7 @@ class EvaluatorPool:
             finally:
                 self._release(worker)
             verdict = self._verdict_from(outcome, base, kind)
+            _note_start_up(verdict, waited, worker.info or {})
             self.baselines_seen.update(verdict.method.baselines)
             lost = self._lost_fitness_baseline(verdict)
             if killed_from_outside(outcome):

@@ -72,6 +72,7 @@ class Prepared:
     launches: Any = None
     timer: Any = None
     lease_key: str = ""  # the device lease's name (`Platform.lease_key`), given by the engine
+    steps: dict[str, float] = field(default_factory=dict)  # seconds per start-up step (info["prepare_steps"])
 
 
 def flatten(out: Any) -> list[Any]:
@@ -151,10 +152,18 @@ def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
     launches = LaunchCounter()
     launches.install()
     state.launches = launches
+    steps = state.steps
+    steps["device"] = time.perf_counter() - t0
     if msg.get("spec_path"):
+        t = time.perf_counter()
         _prepare_spec(state, Path(msg["spec_path"]), torch)
+        inner = steps.get("compile_baseline", 0.0) + steps.get("reference_outputs", 0.0)
+        steps["spec"] = time.perf_counter() - t - inner  # loading it, models and probe inputs
+    t = time.perf_counter()
     state.timer = platform.make_timer(device)
+    steps["timer"] = time.perf_counter() - t
     state.info["prepare_s"] = time.perf_counter() - t0
+    state.info["prepare_steps"] = {k: round(v, 3) for k, v in steps.items()}
     return state
 
 
@@ -185,12 +194,18 @@ def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
                 for o in outs
             ]
         if want_compile:  # CPU-bound: overlaps other workers' timings on a GPU
+            t = time.perf_counter()
             _prepare_compiled(state, st, probe, torch)
+            state.steps["compile_baseline"] = (
+                state.steps.get("compile_baseline", 0.0) + time.perf_counter() - t
+            )
         state.shapes.append(st)
     # The reference's outputs for every trial: device work, under the lease where timings could feel it.
+    t = time.perf_counter()
     with _gpu_lease(state):
         for st in state.shapes:
             _reference_cases(state, st, probes[st.shape.name], cases, torch)
+    state.steps["reference_outputs"] = time.perf_counter() - t
     state.info["spec"] = spec.name
     state.info["spec_fingerprint"] = spec.fingerprint
 
