@@ -275,10 +275,14 @@ class _Step:
     def untried(self, source: str) -> bool:
         return candidate_hash(source) not in self.tried
 
-    def worth_trying(self, source: str) -> bool:
-        """A configuration of the tuner's own: untried, and its tile fits the registers
-        (`tunables.fits`: a larger one spills, and Triton takes minutes to compile it)."""
-        return self.untried(source) and tn.fits(source)
+    def worth_trying(self, source: str, config: Config) -> str | None:
+        """`source` rewritten to `config`, a configuration of the tuner's own, if its tile fits the
+        registers (`tunables.config_fits`, asked before writing: a larger tile spills, and Triton takes
+        minutes to compile it) and the result is untried; else None."""
+        if not tn.config_fits(config, tn.declared_tile(source)):
+            return None
+        text = tn.write(source, config)
+        return text if self.untried(text) else None
 
     def ok(self, source: str, note: str, response: str) -> Proposal:
         return Proposal(source=source, note=note, response=response)
@@ -331,8 +335,8 @@ class _Step:
             return self.random_config(parent, own, mode)
 
         for cfg, doc in _skill_configs(self.task, space, config):  # verified skills first: they won before
-            source = tn.write(parent.source, cfg)
-            if self.worth_trying(source):
+            source = self.worth_trying(parent.source, cfg)
+            if source is not None:
                 return self.ok(source, f"applied {doc}: {_change(config, cfg)}",
                                f"{mode}: from #{parent.id}, a verified skill ({doc}): {_change(config, cfg)}")  # fmt: skip
         scale = max((abs(v) for v in scores.values()), default=0.0) or 1.0
@@ -375,8 +379,8 @@ class _Step:
 
         for chosen, why in plans():
             cfg = _apply(space, config, chosen)
-            source = tn.write(parent.source, cfg)
-            if self.worth_trying(source):
+            source = self.worth_trying(parent.source, cfg)
+            if source is not None:
                 return self.ok(source, f"mutate {_change(config, cfg)}",
                                f"{mode}: from #{parent.id}, {why}: {_change(config, cfg)}")  # fmt: skip
         return self.random_config(parent, own, mode)
@@ -396,8 +400,8 @@ class _Step:
                 steps = _single_moves(space, reverted)
                 for move in [None, *self.rng.sample(steps, len(steps))]:
                     cfg = reverted if move is None else _apply(space, reverted, [move])
-                    source = tn.write(parent.source, cfg)
-                    if self.worth_trying(source):
+                    source = self.worth_trying(parent.source, cfg)
+                    if source is not None:
                         return self.ok(source, f"step back {_change(config, cfg)}",
                                        f"#{parent.id} failed ({parent.status}); back towards #{before.id}: "
                                        f"{_change(config, cfg)}")  # fmt: skip
@@ -419,8 +423,8 @@ class _Step:
             }
             if cfg in (config, {**config, **{k: other[1][k] for k in shared}}):
                 continue
-            source = tn.write(first.source, cfg)
-            if self.worth_trying(source):
+            source = self.worth_trying(first.source, cfg)
+            if source is not None:
                 taken = [k for k in shared if cfg[k] != config[k]]
                 return self.ok(source, f"crossover #{first.id} x #{second.id}: {', '.join(taken)} from #{second.id}",
                                f"uniform crossover of #{first.id} and #{second.id}: {tn.format_config(cfg)}")  # fmt: skip
@@ -430,8 +434,8 @@ class _Step:
 
     def first_to_try(self, source: str, configs: Iterable[Config]) -> tuple[str, Config] | None:
         for cfg in configs:
-            text = tn.write(source, cfg)
-            if self.worth_trying(text):
+            text = self.worth_trying(source, cfg)
+            if text is not None:
                 return text, cfg
         return None
 

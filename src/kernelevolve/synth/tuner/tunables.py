@@ -30,6 +30,7 @@ forward sizes it per shape).
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from typing import Any
 
@@ -106,11 +107,15 @@ def _tile(tree: ast.Module, config: Config) -> tuple[str, ...] | None:
     return tuple(tile)
 
 
-def tile_per_thread(source: str) -> float | None:
-    """Elements per thread of the tile the candidate's TILE declares at its CONFIG:
-    prod(CONFIG[k] for k in TILE) / (32 * CONFIG["num_warps"]). None where the limit does not apply:
-    no TILE (or no CONFIG, or a file that does not parse), no num_warps, or a value that is not an int
-    (e.g. "auto"). Raises TunablesError for a malformed TILE or CONFIG."""
+def declared_tile(source: str) -> tuple[str, ...] | None:
+    """The candidate's TILE (the knob names), or None where it declares none (or no CONFIG, or does
+    not parse). Raises TunablesError for a malformed TILE or CONFIG. Cached: the tuner asks it of the
+    same parent for every configuration it considers."""
+    return _declared_tile(source)
+
+
+@functools.lru_cache(maxsize=256)
+def _declared_tile(source: str) -> tuple[str, ...] | None:
     try:
         tree = pyast.parse(source)
     except SyntaxError:
@@ -124,20 +129,39 @@ def tile_per_thread(source: str) -> float | None:
         raise TunablesError(f"CONFIG must be a literal dict: {exc}") from None
     if not isinstance(config, dict):
         raise TunablesError("CONFIG must be a dict")
-    tile = _tile(tree, config)
-    if tile is None:
+    return _tile(tree, config)
+
+
+def per_thread(config: Config, tile: tuple[str, ...] | None) -> float | None:
+    """Elements per thread of `tile` at `config`: prod(config[k] for k in tile) / (32 *
+    config["num_warps"]). None where the limit does not apply: no tile, no num_warps, or a value that
+    is not an int (e.g. "auto")."""
+    if not tile:
         return None
-    values = [config[k] for k in tile] + [config.get("num_warps")]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+    values = [config.get(k) for k in tile] + [config.get("num_warps")]
+    ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    if len(ints) != len(values):
         return None
-    return math.prod(values[:-1]) / (WARP_SIZE * values[-1])
+    return math.prod(ints[:-1]) / (WARP_SIZE * ints[-1])
+
+
+def config_fits(config: Config, tile: tuple[str, ...] | None) -> bool:
+    """Whether `config` keeps `tile` within THREAD_TILE_LIMIT elements per thread (True where the limit
+    does not apply). The tuner asks this before it writes a configuration into a source."""
+    n = per_thread(config, tile)
+    return n is None or n <= THREAD_TILE_LIMIT
+
+
+def tile_per_thread(source: str) -> float | None:
+    """`per_thread` of a whole candidate: its TILE at its own CONFIG."""
+    declared = read(source)
+    return None if declared is None else per_thread(declared[1], declared_tile(source))
 
 
 def fits(source: str) -> bool:
-    """Whether the candidate's tile, at its CONFIG, is within THREAD_TILE_LIMIT elements per thread
-    (True where the limit does not apply, see `tile_per_thread`)."""
-    per_thread = tile_per_thread(source)
-    return per_thread is None or per_thread <= THREAD_TILE_LIMIT
+    """`config_fits` of a whole candidate: its TILE at its own CONFIG."""
+    n = tile_per_thread(source)
+    return n is None or n <= THREAD_TILE_LIMIT
 
 
 def write(source: str, config: Config) -> str:
@@ -160,8 +184,11 @@ __all__ = [
     "THREAD_TILE_LIMIT",
     "Config",
     "TunablesError",
+    "config_fits",
+    "declared_tile",
     "fits",
     "format_config",
+    "per_thread",
     "read",
     "tile_per_thread",
     "write",
