@@ -89,6 +89,25 @@ def test_next_candidate_runs_on_a_healthy_device(large_pool: EvaluatorPool) -> N
     assert not shape.cuda_graphs  # ~100 us per call: timed eagerly
 
 
+def test_every_worker_of_a_run_times_torch_compile(tmp_path: Path) -> None:
+    """A run's workers after the first start from a copy of its trusted compile cache, taken from the
+    first. While that cache bundled Triton kernels, which name the first worker's directory, every
+    later worker's torch.compile failed under the sandbox's write rules (seen on an H100: its autotuning
+    choice was written beside the first worker's kernel source, PermissionError), and the run fell back
+    to ranking against eager. Here the first worker has ended before the last ones start."""
+    settings = gpu_settings(tmp_path, baselines=["eager", "compile"], fitness_baseline="compile")
+    assert settings.sandbox_filesystem
+    trusted = tmp_path / "trusted" / "inductor"
+    spec = load_spec(SPECS / "softmax_large.py")
+    with EvaluatorPool(spec, get_platform("cuda"), settings, trusted_cache=trusted) as pool:
+        verdicts = [pool.evaluate_one(gc.HONEST, f"honest{i}.py") for i in range(4)]
+    assert any(trusted.rglob("*.best_config")), "torch.compile autotuned nothing: the test shows nothing"
+    for v in verdicts:
+        assert v.status == Status.OK, v.message
+        assert v.method.baseline_errors == {}, v.method.baseline_errors
+        assert v.speedup_vs_compile is not None and v.fitness > 0
+
+
 SLOW_HONEST = gc.triton_candidate("""
     def forward(self, x):
         x = x.contiguous()

@@ -31,6 +31,14 @@ def device_key(identity: dict[str, str | None], platform: str) -> str:
     return " | ".join(parts)
 
 
+def trusted_cache(ws: Workspace, spec: Spec, platform: Platform, settings: Settings) -> Path:
+    """Where a spec's trusted torch.compile cache lives on this device and software: filled by the
+    first worker of a run, before any candidate, and copied into every later worker. The last part
+    names the cache's layout (see `WorkerHandle.start`); a cache of an older layout is not reused."""
+    key = device_key(platform.identity(settings.device), platform.name)
+    return ws.cache_dir(f"compile-{spec.fingerprint}-{candidate_hash(key)[:8]}") / "inductor-2"
+
+
 def hardware_profile(
     platform: Platform, settings: Settings, ws: Workspace, remeasure: bool = False
 ) -> tuple[dict[str, Any], bool]:
@@ -127,12 +135,9 @@ def evaluate(
         if on_event:
             on_event("profile", platform.name, None)
         profile, _ = hardware_profile(platform, settings, ws)
-        trusted = ws.cache_dir(
-            f"compile-{spec.fingerprint}-{candidate_hash(device_key(platform.identity(settings.device), platform.name))[:8]}"
-        )
         sources = [(f.read_text(errors="replace"), str(f)) for f in files]
         with EvaluatorPool(
-            spec, platform, settings, profile=profile, trusted_cache=trusted / "inductor",
+            spec, platform, settings, profile=profile, trusted_cache=trusted_cache(ws, spec, platform, settings),
             on_event=on_event, static_guards=static_guards,
         ) as pool:  # fmt: skip
             verdicts = []
@@ -154,11 +159,9 @@ def baselines(
     key = device_key(platform.identity(settings.device), platform.name)
     with Workspace.open(settings.workspace) as ws:
         _record_spec(ws, spec)
-        trusted = ws.cache_dir(f"compile-{spec.fingerprint}-{candidate_hash(key)[:8]}")
         trusted_settings = replace(settings, spares=0, workers=1)
-        with EvaluatorPool(
-            spec, platform, trusted_settings, trusted_cache=trusted / "inductor", on_event=on_event
-        ) as pool:
+        cache = trusted_cache(ws, spec, platform, settings)
+        with EvaluatorPool(spec, platform, trusted_settings, trusted_cache=cache, on_event=on_event) as pool:
             message = pool.run_trusted("baselines")
             info = pool.device_info or {}
         rows = message["baselines"]

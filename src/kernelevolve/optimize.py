@@ -20,8 +20,7 @@ from typing import Any
 from kernelevolve.config import Settings
 from kernelevolve.errors import SpecError, WorkspaceError
 from kernelevolve.evaluate.executors import executor_slots
-from kernelevolve.evaluate.pool import candidate_hash
-from kernelevolve.jobs import _record_spec, device_key, hardware_profile, sized_for
+from kernelevolve.jobs import _record_spec, hardware_profile, sized_for, trusted_cache
 from kernelevolve.knowledge.patterns import spec_pattern
 from kernelevolve.platforms import Platform, get_platform, select
 from kernelevolve.search.engine import Engine, EngineContext
@@ -42,9 +41,8 @@ def _context(
     ws: Workspace, spec: Spec, platform: Platform, settings: Settings, out_dir: Path, shapes: list[str] | None
 ) -> EngineContext:
     profile, _ = hardware_profile(platform, settings, ws)
-    key = device_key(platform.identity(settings.device), platform.name)
-    trusted = ws.cache_dir(f"compile-{spec.fingerprint}-{candidate_hash(key)[:8]}")
-    return EngineContext(ws, spec, platform, settings, profile, trusted / "inductor", out_dir, shapes)
+    trusted = trusted_cache(ws, spec, platform, settings)
+    return EngineContext(ws, spec, platform, settings, profile, trusted, out_dir, shapes)
 
 
 def _meter(synth: SynthConfig, limits: Limits, workspace: Path, run: dict[str, Any]) -> Any:

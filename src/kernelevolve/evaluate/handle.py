@@ -87,8 +87,16 @@ class WorkerHandle:
             shutil.copytree(self.trusted_cache, self.inductor_cache, symlinks=True)
         env = scrub_env(dict(os.environ), self.dir)
         env.update(self.platform.worker_env())
+        # The compile cache starts as a copy of the run's trusted one, so nothing in it may name the
+        # worker that filled it. Triton kernels bundled into inductor's graph cache do: they carry their
+        # source's absolute path, beside which autotuning reads and writes its choice, and a later
+        # worker then writes into a directory not its own (denied by the sandbox: torch.compile failed
+        # in every worker but the first few of a GPU run). Unbundled, a cache hit writes the kernels'
+        # source into this worker's cache, at the same relative path, and finds the trusted worker's
+        # autotuning choice there; Triton's own cache, which names no paths, travels in the copy.
         env["TORCHINDUCTOR_CACHE_DIR"] = str(self.inductor_cache)
-        env["TRITON_CACHE_DIR"] = str(self.dir / "triton")
+        env["TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE"] = "0"
+        env["TRITON_CACHE_DIR"] = str(self.inductor_cache / "triton")
         env["KERNELEVOLVE_NATIVE_CACHE"] = str(self.dir / "native")
         # torch.compile (the baseline) compiles in this process, never in a pool of subprocesses: a
         # pool started lazily while a candidate runs would be blamed on the candidate (the process check).

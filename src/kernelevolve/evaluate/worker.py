@@ -286,6 +286,7 @@ def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: 
             torch.cuda.synchronize(state.device)
         st.compiled = compiled
     except Exception as exc:
+        traceback.print_exc()  # the whole story, in the worker's log
         msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         state.baseline_errors["compile"] = f"torch.compile failed in this worker ({msg[:300]})"
         for other in state.shapes:
