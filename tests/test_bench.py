@@ -418,3 +418,69 @@ def test_per_device_splits_each_devices_memory_over_its_pools(tmp_path: Path) ->
 def test_per_device_must_be_positive(tmp_path: Path) -> None:
     res = _invoke(["bench", str(SPECS), "--per-device", "0", "--workspace", str(tmp_path / "ws")])
     assert res.exit_code == 2 and "--per-device 0" in res.stderr
+
+
+def test_a_run_that_raised_is_tried_again_on_the_devices_of_the_resuming_bench(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen on GPUs: a bench started on two devices, resumed on a machine with one. Its runs pinned to
+    device 1 raised ("no index 1"), and that failure was kept as the spec's final result."""
+    from kernelevolve import optimize
+    from kernelevolve.errors import WorkspaceError
+    from kernelevolve.search.limits import Limits
+    from kernelevolve.search.policies import SearchConfig
+    from kernelevolve.synth import SynthConfig
+    from tests.conftest import cpu_settings
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    shutil.copy(SPECS / "ew_chain.py", suite / "ew_chain.py")
+    drives: list[tuple[str, dict[str, Any] | None]] = []
+
+    def drive(
+        run_id: str, workspace: Path, on_event: Any = None, limits: Any = None, where: Any = None
+    ) -> Any:
+        drives.append((run_id, where))
+        if where["device"] != 0:
+            raise WorkspaceError(
+                f"devices {where['devices']}: cpu has 1 visible device(s) here, so no index 1"
+            )
+        return {"run_id": run_id, "stop_reason": "candidate budget reached"}
+
+    monkeypatch.setattr(optimize, "drive", drive)
+    args = (SearchConfig(), Limits(budget=2), SynthConfig(name="tuner"))
+    first = runner.run_bench(suite, cpu_settings(tmp_path, device=1), *args)
+    (row,) = first["results"]
+    assert not row["correct"] and "no index 1" in row["message"]
+
+    again = runner.run_bench(suite, cpu_settings(tmp_path, device=0), *args)
+    assert len(drives) == 2 and drives[0][0] == drives[1][0]  # the same run, resumed, not a new one
+    assert drives[1][1] == {"device": 0, "devices": "0", "device_share": 1}
+    (row,) = again["results"]
+    assert "message" not in row or "no index" not in row["message"]
+
+    runner.run_bench(suite, cpu_settings(tmp_path, device=0), *args)
+    assert len(drives) == 2  # done without an error: not run a third time
+
+
+def test_a_resumed_run_evaluates_where_it_is_resumed(tmp_path: Path) -> None:
+    from kernelevolve import optimize
+    from kernelevolve.errors import WorkspaceError
+    from kernelevolve.search.limits import Limits
+    from kernelevolve.search.policies import SearchConfig
+    from kernelevolve.synth import SynthConfig
+    from tests.conftest import cpu_settings
+
+    settings = cpu_settings(tmp_path, device=3, devices="3", device_share=2)  # as on a 4-GPU machine
+    run_id = optimize.start(SPECS / "ew_chain.py", settings, SearchConfig(), Limits(budget=1), SynthConfig())
+    with Workspace.open(settings.workspace) as ws:
+        with pytest.raises(WorkspaceError, match="no index 3"):
+            optimize.build_engine(ws, run_id)  # resumed as stored, here
+        here = optimize.build_engine(
+            ws, run_id, where=optimize.placement(cpu_settings(tmp_path))
+        ).ctx.settings
+        assert (here.device, here.devices, here.device_share) == (0, "auto", 1)
+        assert here.timing_budget_s == settings.timing_budget_s  # only the placement is replaced
+        assert ws.run(run_id)["config"]["settings"]["devices"] == "3"  # and nothing is stored
+        with pytest.raises(ValueError, match="workers"):
+            optimize.build_engine(ws, run_id, where={"workers": 8})

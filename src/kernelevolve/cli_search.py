@@ -284,6 +284,12 @@ def optimize(
 def resume(
     run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
     budget: BudgetOpt = None,
+    device: Annotated[
+        int | None, typer.Option("--device", help="Use this device alone (default: the run's own).")
+    ] = None,
+    devices: Annotated[
+        str | None, typer.Option(help="Devices to spread candidates over (default: the run's own).")
+    ] = None,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -293,6 +299,7 @@ def resume(
     Examples:
       kernelevolve resume 3f2a9c1e
       kernelevolve resume 3f2a --budget 80 --json     # and raise its candidate budget
+      kernelevolve resume 3f2a --device 0             # on another machine, with fewer GPUs
     """
     from dataclasses import replace
 
@@ -306,8 +313,13 @@ def resume(
         if budget is not None:
             with Workspace.open(settings.workspace) as ws:
                 limits = replace(Limits(**ws.run(run)["limits"]), budget=budget).validate()
+        where: dict[str, Any] = {}
+        if device is not None:
+            where = {"device": device, "devices": str(device)}
+        if devices is not None:
+            where["devices"] = devices
         err.print(f"[bold]resuming run {escape(run)}[/]")
-        summary = jobs.drive(run, settings.workspace, _search_progress(), limits=limits)
+        summary = jobs.drive(run, settings.workspace, _search_progress(), limits=limits, where=where or None)
     except KernelevolveError as exc:
         _fail(exc)
         return

@@ -126,15 +126,33 @@ def warm_start(ws: Workspace, run_id: str, spec: Spec, platform: str, pattern: s
     return nodes
 
 
+# The settings that say where a run evaluates, not what it is: a resumed run takes them from where it
+# resumes (a bench resumed on a machine with fewer GPUs must not look for the device it started on).
+PLACEMENT = ("device", "devices", "device_share")
+
+
+def placement(settings: Settings) -> dict[str, Any]:
+    return {k: getattr(settings, k) for k in PLACEMENT}
+
+
 def build_engine(
-    ws: Workspace, run_id: str, on_event: Event | None = None, limits: Limits | None = None
+    ws: Workspace,
+    run_id: str,
+    on_event: Event | None = None,
+    limits: Limits | None = None,
+    where: dict[str, Any] | None = None,
 ) -> Engine:
     """The engine of a stored run, rebuilt from its record. `limits` replaces the stored ones (a
-    resumed run given a larger budget, say) and is stored in their place."""
+    resumed run given a larger budget, say) and is stored in their place; `where` (`PLACEMENT`
+    fields) replaces the stored placement for this drive only."""
     run_id = ws.resolve_run(run_id)
     run = ws.run(run_id)
     cfg = run["config"]
-    settings = Settings(**{**_settings_fields(cfg["settings"]), "workspace": ws.root}).validate()
+    unknown = set(where or ()) - set(PLACEMENT)
+    if unknown:
+        raise ValueError(f"not placement settings: {sorted(unknown)}")
+    stored = {**_settings_fields(cfg["settings"]), **(where or {})}
+    settings = Settings(**{**stored, "workspace": ws.root}).validate()
     spec = load_spec(run["spec_path"])
     if spec.fingerprint != run["spec_fingerprint"]:
         raise SpecError(
@@ -158,11 +176,16 @@ def build_engine(
 
 
 def drive(
-    run_id: str, workspace: Path, on_event: Event | None = None, limits: Limits | None = None
+    run_id: str,
+    workspace: Path,
+    on_event: Event | None = None,
+    limits: Limits | None = None,
+    where: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) `run_id` to its limits; returns the summary."""
+    """Run (or resume) `run_id` to its limits (on the devices `where` names, else its own); returns
+    the summary."""
     with Workspace.open(workspace) as ws:
-        engine = build_engine(ws, run_id, on_event, limits)
+        engine = build_engine(ws, run_id, on_event, limits, where)
         if engine.synth.name == "agent":
             raise WorkspaceError(
                 f"run {engine.run_id} is driven by an external agent",

@@ -24,8 +24,10 @@ so no two timings overlap on a device. What K costs: K times the host CPU, and e
 measured once per device, not by each of the K runs (`jobs.hardware_profile`).
 
 Failures stay local: a spec that fails to load is recorded as a `load_error` and skipped; a run that
-raises (the harness failing, say) is recorded with its error and counts as incorrect. Only Ctrl-C
-stops the bench, and the next run of the command picks it up.
+raises (the harness failing, say) is recorded with its error and counts as incorrect, and the next
+run of the command tries it again, since the cause may have been the machine's. Only Ctrl-C stops the
+bench, and the next run of the command picks it up: a run resumes on the devices of the command that
+resumes it, not those it started on.
 
 Precision tracks: `strict` holds every fp32 spec to strict fp32 (TF32 is not allowed even where the
 spec declares it); `tf32` allows TF32 for every fp32 spec. A spec whose data is bf16 or fp16 keeps its
@@ -201,7 +203,7 @@ def run_bench(
                 run_path = _track_file(ws, bench_id, rel, spec, precision)
             spec = load_spec(run_path)
         key = item_key(spec)
-        if item["status"] == "done" and item["fingerprint"] == key and item["result"]:
+        if item["status"] == "done" and item["fingerprint"] == key and item["result"] and not item["error"]:
             emit("cached", {**info, "name": spec.name, "result": item["result"]})
             return
         result = _run_one(jobs, device_settings, search, limits, synth, bench_id, i, rel, run_path, spec, key,
@@ -303,7 +305,8 @@ def _run_one(
             emit("start", {**info, "name": spec.name, "run_id": run_id})
         else:
             emit("resume", {**info, "name": spec.name, "run_id": run_id})
-        summary = jobs.drive(run_id, settings.workspace, _forward(emit, {**info, "name": spec.name}))
+        events = _forward(emit, {**info, "name": spec.name})
+        summary = jobs.drive(run_id, settings.workspace, events, where=jobs.placement(settings))
         with Workspace.open(settings.workspace) as ws:
             nodes = ws.nodes(run_id)
         result = result_row(spec.name, rel, summary, nodes, precision)
