@@ -437,9 +437,7 @@ def test_a_run_that_raised_is_tried_again_on_the_devices_of_the_resuming_bench(
     shutil.copy(SPECS / "ew_chain.py", suite / "ew_chain.py")
     drives: list[tuple[str, dict[str, Any] | None]] = []
 
-    def drive(
-        run_id: str, workspace: Path, on_event: Any = None, limits: Any = None, where: Any = None
-    ) -> Any:
+    def drive(run_id: str, workspace: Path, *_: Any, where: Any = None, **__: Any) -> Any:
         drives.append((run_id, where))
         if where["device"] != 0:
             raise WorkspaceError(
@@ -484,3 +482,36 @@ def test_a_resumed_run_evaluates_where_it_is_resumed(tmp_path: Path) -> None:
         assert ws.run(run_id)["config"]["settings"]["devices"] == "3"  # and nothing is stored
         with pytest.raises(ValueError, match="workers"):
             optimize.build_engine(ws, run_id, where={"workers": 8})
+
+
+def test_ctrl_c_reaches_the_runs_in_the_bench_threads(tmp_path: Path) -> None:
+    """Ctrl-C reaches only the main thread; with several specs at once the runs are in other threads,
+    which see it through `interrupt` (each run stops as it would on Ctrl-C)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from kernelevolve.bench.runner import _schedule
+    from tests.conftest import cpu_settings
+
+    interrupt = threading.Event()
+    started: list[int] = []
+    stopped: list[int] = []
+
+    lock = threading.Lock()
+
+    def one(i: int, settings: Any) -> None:  # a run that ends only when interrupted
+        with lock:
+            started.append(i)
+            if len(started) == 2:  # Ctrl-C once both runs are under way
+                threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        if interrupt.wait(60):
+            stopped.append(i)
+            raise KeyboardInterrupt
+
+    asked = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        _schedule(one, 5, cpu_settings(tmp_path), None, per_device=2, interrupt=interrupt)
+    assert time.monotonic() - asked < 30
+    assert sorted(started) == [0, 1] and sorted(stopped) == [0, 1]  # both runs stopped; no new one began

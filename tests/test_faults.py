@@ -297,3 +297,39 @@ def test_a_worker_dies_with_its_engine(tmp_path: Path) -> None:
     while time.monotonic() < gone_by and _alive(worker):
         time.sleep(0.2)
     assert not _alive(worker), "the worker outlived its engine"
+
+
+def test_an_aborted_pool_ends_the_evaluation_in_flight_with_no_verdict(tmp_path: Path) -> None:
+    """An interrupted run must not wait for its evaluations in flight (up to their run limits), and
+    what a worker killed by the abort reports is not the candidate's verdict."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kernelevolve.evaluate.pool import EvaluationAborted
+
+    spin = """
+    def forward(self, x):
+        while x.numel() > 0:
+            pass
+"""
+    phases: list[str] = []
+    settings = cpu_settings(tmp_path, run_timeout_s=120)
+    spec = load_spec(SPECS / "softmax.py")
+    with EvaluatorPool(
+        spec, get_platform("cpu"), settings, static_guards=False,
+        on_event=lambda event, label, detail: phases.append(detail) if event == "phase" else None,
+    ) as pool, ThreadPoolExecutor(1) as ex:  # fmt: skip
+        future = ex.submit(pool.evaluate_one, candidate(spin), "spin.py")
+        deadline = time.monotonic() + 90
+        while "first-run" not in phases and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "first-run" in phases and not future.done()
+        time.sleep(0.5)
+        (worker,) = pool._busy
+        asked = time.monotonic()
+        pool.abort()
+        with pytest.raises(EvaluationAborted):
+            future.result(timeout=60)
+        assert time.monotonic() - asked < 20  # the candidate's run limit is 120 s
+        assert worker.proc is not None and worker.proc.poll() is not None
+        with pytest.raises(EvaluationAborted):  # and nothing new starts
+            pool.evaluate_one(HONEST, "after.py")

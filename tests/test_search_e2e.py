@@ -365,3 +365,53 @@ def test_ctrl_c_stops_the_run_cleanly_and_names_it(tmp_path: Path) -> None:
         run = w.runs()[0]
     assert run["status"] == "stopped"
     assert f"kernelevolve resume {run['run_id']}" in stderr
+
+
+def test_an_interrupted_run_stops_at_once_and_leaves_its_node_for_the_resume(tmp_path: Path) -> None:
+    """`interrupt`, set from another thread (a bench's Ctrl-C reaches only the main thread), stops the
+    run as Ctrl-C would, without waiting for the evaluation in flight: here one whose candidate spins
+    for its whole run limit (120 s)."""
+    import threading
+
+    from kernelevolve.optimize import drive, start
+
+    spin = C_SOFTMAX.replace(
+        "        x = x.contiguous()\n", "        while x.numel() > 0:  # never returns\n            pass\n", 1
+    )
+    assert spin != C_SOFTMAX
+    _register_script([text_reply(f"```python\n{spin}\n```")])
+    ws = tmp_path / "ws"
+    settings = replace(cpu_settings(tmp_path, run_timeout_s=120, workers=1), workspace=ws)
+    interrupt = threading.Event()
+    running = threading.Event()
+
+    def on_event(event: str, data: dict) -> None:
+        if event == "phase" and data["phase"] == "first-run":
+            running.set()
+
+    outcome: list[BaseException] = []
+
+    def go() -> None:
+        try:
+            drive(run_id, ws, on_event, interrupt=interrupt)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    try:
+        run_id = start(SPECS / "softmax.py", settings, SearchConfig(draft=1, parallel=1), Limits(budget=1),
+                       SynthConfig("scripted:fake-1", single_shot=True))  # fmt: skip
+        thread = threading.Thread(target=go)
+        thread.start()
+        assert running.wait(120), "the candidate never started running"
+        time.sleep(0.5)
+        asked = time.monotonic()
+        interrupt.set()
+        thread.join(60)
+        assert not thread.is_alive() and time.monotonic() - asked < 30
+        assert len(outcome) == 1 and isinstance(outcome[0], KeyboardInterrupt)
+        with Workspace.open(ws) as w:
+            (node,) = w.nodes(run_id)
+            assert node["state"] == "proposed" and node["evaluation_id"] is None  # evaluated on resume
+            assert w.run(run_id)["status"] == "stopped"
+    finally:
+        providers.unregister("scripted")

@@ -12,6 +12,7 @@ are the project's exceptions.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -141,6 +142,7 @@ def build_engine(
     on_event: Event | None = None,
     limits: Limits | None = None,
     where: dict[str, Any] | None = None,
+    interrupt: threading.Event | None = None,
 ) -> Engine:
     """The engine of a stored run, rebuilt from its record. `limits` replaces the stored ones (a
     resumed run given a larger budget, say) and is stored in their place; `where` (`PLACEMENT`
@@ -172,7 +174,9 @@ def build_engine(
         synth_cfg, spec, platform.name, platform.kinds, meter=meter, extra_seeds=seeds, workspace=ws.root
     )
     ctx = _context(ws, spec, platform, settings, run_dir(ws, run_id), cfg.get("shapes"))
-    return Engine(ctx, run_id, synthesizer, search, limits, on_event=on_event, meter=meter)
+    return Engine(
+        ctx, run_id, synthesizer, search, limits, on_event=on_event, meter=meter, interrupt=interrupt
+    )
 
 
 def drive(
@@ -181,11 +185,12 @@ def drive(
     on_event: Event | None = None,
     limits: Limits | None = None,
     where: dict[str, Any] | None = None,
+    interrupt: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) `run_id` to its limits (on the devices `where` names, else its own); returns
-    the summary."""
+    the summary. Setting `interrupt` (from any thread) stops it like Ctrl-C: KeyboardInterrupt."""
     with Workspace.open(workspace) as ws:
-        engine = build_engine(ws, run_id, on_event, limits, where)
+        engine = build_engine(ws, run_id, on_event, limits, where, interrupt)
         if engine.synth.name == "agent":
             raise WorkspaceError(
                 f"run {engine.run_id} is driven by an external agent",

@@ -181,6 +181,8 @@ def run_bench(
     emit("bench", {"bench_id": bench_id, "specs": len(files), "resumed": resumed, "dir": str(directory),
                    "estimate": cost.to_dict(), "estimate_line": cost.line()})  # fmt: skip
 
+    interrupt = threading.Event()  # Ctrl-C, for the runs in threads other than the main one
+
     def one(i: int, device_settings: Settings) -> None:
         path, rel = files[i], rels[i]
         with Workspace.open(settings.workspace) as ws:
@@ -207,11 +209,11 @@ def run_bench(
             emit("cached", {**info, "name": spec.name, "result": item["result"]})
             return
         result = _run_one(jobs, device_settings, search, limits, synth, bench_id, i, rel, run_path, spec, key,
-                          item, info, emit)  # fmt: skip
+                          item, info, emit, interrupt)  # fmt: skip
         if result is not None:
             emit("result", {**info, "name": spec.name, "result": result})
 
-    _schedule(one, len(files), settings, devices, per_device)
+    _schedule(one, len(files), settings, devices, per_device, interrupt)
 
     with Workspace.open(settings.workspace) as ws:
         ws.set_bench_status(bench_id, "done")
@@ -226,11 +228,13 @@ def _pinned(settings: Settings, device: int, per_device: int) -> Settings:
 
 
 def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settings,
-              devices: Sequence[int] | None, per_device: int = 1) -> None:  # fmt: skip
+              devices: Sequence[int] | None, per_device: int = 1,
+              interrupt: threading.Event | None = None) -> None:  # fmt: skip
     """Call `one(i, settings)` for every spec: in order on one device, or `per_device` specs per
     device at a time (that many threads per device, each taking the next spec when its run ends). On
-    Ctrl-C no new spec starts; with several threads the runs in flight finish first (each is stored as
-    it goes)."""
+    Ctrl-C no new spec starts, and `interrupt` is set: the runs in the threads stop as the run in the
+    main thread would (their evaluations in flight are dropped, their nodes left for the resume). A
+    second Ctrl-C does not wait for them."""
     devices = list(devices) if devices else [settings.device]
     if len(devices) == 1 and per_device == 1:
         one_settings = _pinned(settings, devices[0], 1)
@@ -256,21 +260,29 @@ def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settin
                 stop.set()
 
     threads = [
-        threading.Thread(target=worker, args=(d,), name=f"bench-device-{d}-{k}")
+        threading.Thread(target=worker, args=(d,), name=f"bench-device-{d}-{k}", daemon=True)
         for d in devices for k in range(per_device)
     ]  # fmt: skip
-    for t in threads:
-        t.start()
     try:
         for t in threads:
-            t.join()
+            t.start()
+        _join(threads)
     except KeyboardInterrupt:
         stop.set()
-        for t in threads:
-            t.join()
+        if interrupt is not None:
+            interrupt.set()
+        _join([t for t in threads if t.ident is not None])  # those started
         raise
     if errors:
         raise errors[0]
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    """Wait for the threads, waking twice a second: a signal sent to the process may be delivered to
+    another thread, and Python raises KeyboardInterrupt only once the main thread runs again."""
+    for t in threads:
+        while t.is_alive():
+            t.join(0.5)
 
 
 def item_key(spec: Spec) -> str:
@@ -291,7 +303,7 @@ def item_key(spec: Spec) -> str:
 def _run_one(
     jobs: Any, settings: Settings, search: SearchConfig, limits: Limits, synth: SynthConfig, bench_id: str,
     position: int, rel: str, run_path: Path, spec: Spec, key: str, item: dict[str, Any],
-    info: dict[str, Any], emit: Event,
+    info: dict[str, Any], emit: Event, interrupt: threading.Event | None = None,
 ) -> dict[str, Any] | None:  # fmt: skip
     """Start or resume the spec's run and drive it to its end; its result row (None: not loadable)."""
     precision = spec.precision
@@ -306,7 +318,9 @@ def _run_one(
         else:
             emit("resume", {**info, "name": spec.name, "run_id": run_id})
         events = _forward(emit, {**info, "name": spec.name})
-        summary = jobs.drive(run_id, settings.workspace, events, where=jobs.placement(settings))
+        summary = jobs.drive(
+            run_id, settings.workspace, events, where=jobs.placement(settings), interrupt=interrupt
+        )
         with Workspace.open(settings.workspace) as ws:
             nodes = ws.nodes(run_id)
         result = result_row(spec.name, rel, summary, nodes, precision)

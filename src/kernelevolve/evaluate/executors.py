@@ -36,6 +36,10 @@ class Evaluator(Protocol):
 
     def __exit__(self, *exc: object) -> None: ...
 
+    def abort(self) -> None:
+        """Stop now: evaluations in flight raise `EvaluationAborted` instead of giving verdicts.
+        Optional: the engine waits for the evaluations of an executor without it."""
+
     def evaluate_one(
         self,
         source: str,
@@ -205,6 +209,10 @@ class DevicePools:
     def __exit__(self, *exc: object) -> None:
         for pool in self.pools:
             pool.close()
+
+    def abort(self) -> None:
+        for pool in self.pools:
+            pool.abort()
 
     def evaluate_one(
         self,

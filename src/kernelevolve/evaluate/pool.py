@@ -63,6 +63,10 @@ def _note_start_up(verdict: Verdict, waited: float, info: dict[str, Any]) -> Non
         verdict.phases[f"start:{step}"] = float(seconds)
 
 
+class EvaluationAborted(Exception):
+    """The pool was aborted (its run interrupted) while this evaluation waited or ran: no verdict."""
+
+
 class EvaluatorPool:
     def __init__(
         self,
@@ -84,7 +88,9 @@ class EvaluatorPool:
         self.static_guards = static_guards
         self._lock = threading.Lock()
         self._spares: list[WorkerHandle] = []
+        self._busy: set[WorkerHandle] = set()  # evaluating a candidate now
         self._closed = False
+        self._aborted = False
         self._executor = ThreadPoolExecutor(
             max_workers=max(1, settings.workers), thread_name_prefix="kernelevolve-eval"
         )
@@ -117,6 +123,18 @@ class EvaluatorPool:
         for w in spares:
             w.close()
 
+    def abort(self) -> None:
+        """Stop now (the run was interrupted): kill the workers evaluating candidates, whose
+        evaluations raise `EvaluationAborted` rather than give a verdict, and the spares. Without
+        this an interrupted run would wait for every evaluation in flight, up to its timeouts."""
+        with self._lock:
+            self._aborted = self._closed = True
+            busy, spares, self._spares = list(self._busy), self._spares, []
+        for w in busy:
+            w.kill()
+        for w in spares:
+            w.close()
+
     def _new_worker(self) -> WorkerHandle:
         return WorkerHandle(
             platform=self.platform,
@@ -135,6 +153,8 @@ class EvaluatorPool:
     def _take(self) -> WorkerHandle:
         """A prepared worker (waiting for one if needed), with a replacement started behind it."""
         with self._lock:
+            if self._aborted:
+                raise EvaluationAborted("the evaluator pool was aborted")
             if self._closed:
                 raise HarnessError("the evaluator pool is closed")
             self._top_up(1)
@@ -244,8 +264,15 @@ class EvaluatorPool:
         retries = 0
         while True:
             asked = time.monotonic()
-            worker = self._take()
+            try:
+                worker = self._take()
+            except BaseException as exc:  # a spare killed while it was awaited, say
+                if self._aborted:
+                    raise EvaluationAborted("the evaluator pool was aborted") from exc
+                raise
             waited = time.monotonic() - asked
+            with self._lock:
+                self._busy.add(worker)
             try:
                 outcome = worker.run_job(
                     "evaluate",
@@ -261,7 +288,11 @@ class EvaluatorPool:
                     on_phase=lambda phase: self.on_event("phase", label, phase),
                 )
             finally:
+                with self._lock:
+                    self._busy.discard(worker)
                 self._release(worker)
+            if self._aborted:  # killed by `abort`: what it reported is not the candidate's verdict
+                raise EvaluationAborted("the evaluator pool was aborted")
             verdict = self._verdict_from(outcome, base, kind)
             _note_start_up(verdict, waited, worker.info or {})
             self.baselines_seen.update(verdict.method.baselines)

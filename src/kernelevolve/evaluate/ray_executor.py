@@ -52,7 +52,7 @@ from typing import Any
 from kernelevolve.config import Settings
 from kernelevolve.errors import HarnessError, KernelevolveError, SpecError, WorkspaceError
 from kernelevolve.evaluate.executors import Executor, LeastLoaded, Request, register_executor
-from kernelevolve.evaluate.pool import EvaluatorPool, candidate_hash
+from kernelevolve.evaluate.pool import EvaluationAborted, EvaluatorPool, candidate_hash
 from kernelevolve.evaluate.verdict import Status, Verdict
 from kernelevolve.platforms import Platform, get_platform
 from kernelevolve.spec import load_spec
@@ -268,6 +268,7 @@ class RayEvaluator:
         self._load = LeastLoaded()
         self._lock = threading.Lock()  # guards `actors` while one is replaced
         self._connected = False
+        self._aborted = False
         s = request.settings
         self.per_actor = workers_per_actor(request.platform.name)
         if s.workers:
@@ -307,6 +308,14 @@ class RayEvaluator:
         if self._connected:
             self._connected = False
             _release_connection()
+
+    def abort(self) -> None:
+        """Stop now: kill the actors; their evaluations in flight raise `EvaluationAborted`."""
+        self._aborted = True
+        with self._lock:
+            actors = list(self.actors)
+        for actor in actors:
+            _kill(actor)
 
     def _new_actor(self) -> Any:
         r = self.request
@@ -369,6 +378,8 @@ class RayEvaluator:
         try:
             return self._call(actor, source, label, shapes, timing_budget_s)
         except ACTOR_LOST as exc:
+            if self._aborted:
+                raise EvaluationAborted("the Ray evaluator was aborted") from exc
             first = exc
         self._event(
             "retry", label, f"the Ray actor was lost ({_last_lines(first)}); retrying on a fresh actor"

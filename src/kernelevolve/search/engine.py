@@ -92,6 +92,7 @@ class Engine:
         limits: Limits,
         on_event: Event | None = None,
         meter: Any = None,
+        interrupt: threading.Event | None = None,
     ):
         self.ctx, self.ws, self.spec = ctx, ctx.ws, ctx.spec
         self.run_id = run_id
@@ -103,6 +104,9 @@ class Engine:
         self._lock = threading.Lock()
         self._stop = threading.Event()  # a limit was reached: start nothing new, finish what runs
         self._abort = threading.Event()  # interrupted: leave unstarted work for `resume`
+        # Set from another thread (a bench's Ctrl-C, which reaches only the main thread): this run
+        # stops as if Ctrl-C had reached it.
+        self.interrupt = interrupt or threading.Event()
         self._exhausted_streak = 0
         # While the model endpoint is down: (since, unavailable nodes, the last error)
         self._outage: tuple[float, int, str] | None = None
@@ -201,16 +205,24 @@ class Engine:
                         inflight[ex.submit(self._expand, node_id)] = node_id
                     if not inflight:
                         break
-                    done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                    done, _ = wait(inflight, timeout=0.5, return_when=FIRST_COMPLETED)
+                    if self.interrupt.is_set():
+                        raise KeyboardInterrupt
                     for f in done:
                         inflight.pop(f)
                         f.result()  # an expansion raises only for what fails every candidate
-                    self.ws.update_run(self.run_id, wall_s=self.wall_s())
+                    if done:
+                        self.ws.update_run(self.run_id, wall_s=self.wall_s())
             except BaseException:
                 self._stop.set()
                 self._abort.set()
                 for f in inflight:
                     f.cancel()
+                # The evaluations in flight end now, their nodes left `proposed` (an executor of a
+                # plugin without `abort` is waited for).
+                abort = getattr(self.pool, "abort", None)
+                if abort is not None:
+                    abort()
                 raise
         return reason or "stopped"
 
@@ -354,6 +366,8 @@ class Engine:
         node = self.tree()[node_id]
         assert node.source is not None and self.pool is not None
         start = time.perf_counter()
+        # EvaluationAborted (the run interrupted) passes through: nothing recorded, the node stays
+        # `proposed` and a resumed run evaluates it.
         verdict = self.pool.evaluate_one(node.source, f"node-{node_id}.py", shapes=self.ctx.shapes)
         eval_s = time.perf_counter() - start
         data = verdict.to_dict()
