@@ -463,6 +463,7 @@ def test_a_run_that_raised_is_tried_again_on_the_devices_of_the_resuming_bench(
 
 def test_a_resumed_run_evaluates_where_it_is_resumed(tmp_path: Path) -> None:
     from kernelevolve import optimize
+    from kernelevolve.cli_search import _placement
     from kernelevolve.errors import WorkspaceError
     from kernelevolve.search.limits import Limits
     from kernelevolve.search.policies import SearchConfig
@@ -480,8 +481,14 @@ def test_a_resumed_run_evaluates_where_it_is_resumed(tmp_path: Path) -> None:
         assert (here.device, here.devices, here.device_share) == (0, "auto", 1)
         assert here.timing_budget_s == settings.timing_budget_s  # only the placement is replaced
         assert ws.run(run_id)["config"]["settings"]["devices"] == "3"  # and nothing is stored
+        # what the device error's hint says to run: `resume RUN --devices auto`
+        auto = optimize.build_engine(ws, run_id, where=_placement(None, "auto")).ctx.settings
+        assert (auto.device, auto.devices) == (0, "auto")
         with pytest.raises(ValueError, match="workers"):
             optimize.build_engine(ws, run_id, where={"workers": 8})
+    assert _placement(None, None) is None
+    assert _placement(1, None) == {"device": 1, "devices": "1"}
+    assert _placement(None, "2,3") == {"device": 2, "devices": "2,3"}
 
 
 def test_ctrl_c_reaches_the_runs_in_the_bench_threads(tmp_path: Path) -> None:

@@ -313,19 +313,29 @@ def resume(
         if budget is not None:
             with Workspace.open(settings.workspace) as ws:
                 limits = replace(Limits(**ws.run(run)["limits"]), budget=budget).validate()
-        where: dict[str, Any] = {}
-        if device is not None:
-            where = {"device": device, "devices": str(device)}
-        if devices is not None:
-            where["devices"] = devices
         err.print(f"[bold]resuming run {escape(run)}[/]")
-        summary = jobs.drive(run, settings.workspace, _search_progress(), limits=limits, where=where or None)
+        where = _placement(device, devices)
+        summary = jobs.drive(run, settings.workspace, _search_progress(), limits=limits, where=where)
     except KernelevolveError as exc:
         _fail(exc)
         return
     except KeyboardInterrupt:
         raise _interrupted(run) from None
     _emit(summary, as_json)
+
+
+def _placement(device: int | None, devices: str | None) -> dict[str, Any] | None:
+    """`resume`'s --device/--devices as the run's placement for this drive; None keeps its own. The
+    device also names the one `devices = auto` would otherwise keep (a stored index not here)."""
+    if device is None and devices is None:
+        return None
+    if devices is None:
+        return {"device": device, "devices": str(device)}
+    if device is None:
+        from kernelevolve.config import parse_devices
+
+        device = 0 if devices == "auto" else parse_devices(devices)[0]
+    return {"device": device, "devices": devices}
 
 
 @app.command("runs")

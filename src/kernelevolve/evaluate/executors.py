@@ -112,7 +112,7 @@ def resolve_devices(settings: Settings, platform: Platform) -> list[int]:
                 f"devices {settings.devices}: {platform.name} has {count} visible device(s) here, "
                 f"so no index {', '.join(map(str, missing))}",
                 hint="devices = auto uses every visible device; a run started on another machine "
-                "resumes with `kernelevolve resume RUN --devices auto`",
+                "resumes here with `kernelevolve resume RUN --devices auto`",
             )
         return found
     if settings.device != 0:
