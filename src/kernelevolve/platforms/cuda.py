@@ -148,8 +148,10 @@ def gpu_uuid(index: int, visible: str | None) -> str | None:
     return first if first.startswith(("GPU-", "MIG-")) else None
 
 
+@functools.cache
 def _nvml_identity(index: int) -> tuple[str | None, str | None]:
-    """(device name, driver) without creating a CUDA context in the engine's process."""
+    """(device name, driver) without creating a CUDA context in the engine's process. Asked once per
+    device and process: a run's set-up keys its hardware profile and its compile cache by it."""
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader", "-i", str(index)],

@@ -160,8 +160,8 @@ def tile_per_thread(source: str) -> float | None:
 
 def fits(source: str) -> bool:
     """`config_fits` of a whole candidate: its TILE at its own CONFIG."""
-    n = tile_per_thread(source)
-    return n is None or n <= THREAD_TILE_LIMIT
+    declared = read(source)
+    return declared is None or config_fits(declared[1], declared_tile(source))
 
 
 def write(source: str, config: Config) -> str:
