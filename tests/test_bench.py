@@ -247,6 +247,27 @@ def test_bench_reruns_a_spec_whose_samples_changed(
         assert len(w.runs()) == runs_before + 1
 
 
+def test_redo_runs_a_done_spec_again_in_a_new_run(bench_run: dict[str, Any]) -> None:
+    ws, args = bench_run["ws"], bench_run["args"]
+    assert _invoke([*args, "--json"]).exit_code == 0  # whatever the earlier tests left, now all done
+    with Workspace.open(ws) as w:
+        runs_before = {r["run_id"] for r in w.runs()}
+    redone = _invoke([*args, "--json", "--redo", "ew_chain"])
+    assert redone.exit_code == 0, redone.output
+    assert "done earlier" not in redone.stderr
+    doc = json.loads(redone.stdout)
+    assert doc["bench_id"] == json.loads(bench_run["first"].stdout)["bench_id"]  # the same bench
+    with Workspace.open(ws) as w:
+        (new,) = {r["run_id"] for r in w.runs()} - runs_before
+        items = {row["path"]: row for row in w.bench_items(doc["bench_id"])}
+    assert items["2_ew_chain.py"]["run_id"] == new and items["2_ew_chain.py"]["status"] == "done"
+    assert doc["results"][0]["correct"] is True
+    # without --redo, the new result is the cached one
+    assert "done earlier" in _invoke([*args, "--json"]).stderr
+    bad = _invoke([*args, "--redo", "("])
+    assert bad.exit_code == 2 and "--redo '(' is not a regular expression" in bad.stderr
+
+
 def test_item_key_follows_the_samples_that_compute_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     from kernelevolve.knowledge import samples
 
@@ -402,17 +423,19 @@ def test_per_device_splits_each_devices_memory_over_its_pools(tmp_path: Path) ->
     from dataclasses import replace
 
     from kernelevolve.bench.runner import _pinned
-    from kernelevolve.evaluate.pool import gpu_fraction
+    from kernelevolve.evaluate.pool import gpu_shares
     from tests.conftest import cpu_settings
 
     base = replace(cpu_settings(tmp_path), workers=2, spares=1, gpu_memory_fraction=None)
-    assert gpu_fraction(base, "cuda") == 0.3  # one pool: 0.9 over its 3 processes
+    # one pool: 0.9 over its 3 processes; 0.9 over its 2 workers for a spec that needs more
+    assert gpu_shares(base, "cuda") == (0.3, 0.45)
     three = _pinned(base, 1, 3)
     assert (three.device, three.devices, three.device_share) == (1, "1", 3)
-    assert gpu_fraction(three, "cuda") == 0.1  # three pools on the device: a third each
-    assert gpu_fraction(_pinned(base, 0, 1), "cuda") == 0.3
-    assert gpu_fraction(replace(three, gpu_memory_fraction=0.25), "cuda") == 0.25  # the setting wins
-    assert gpu_fraction(three, "cpu") is None
+    assert gpu_shares(three, "cuda") == (0.1, 0.15)  # three pools on the device: a third each
+    assert gpu_shares(_pinned(base, 0, 1), "cuda") == (0.3, 0.45)
+    pinned = replace(three, gpu_memory_fraction=0.25)
+    assert gpu_shares(pinned, "cuda") == (0.25, 0.25)  # the setting wins, and is never raised
+    assert gpu_shares(three, "cpu") is None
 
 
 def test_per_device_must_be_positive(tmp_path: Path) -> None:

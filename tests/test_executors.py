@@ -162,6 +162,54 @@ def test_a_candidate_that_kills_itself_gets_only_the_allowed_retries(tmp_path: P
         assert ("fresh workers" in v.message) == (retries > 0)
 
 
+# -- an evaluation out of memory under the harness's cap --------------------------------------------
+
+
+def _oom_once(marker: Path) -> str:
+    """Out of memory in torch's allocator in its first worker (as a spec too large for the first
+    memory share is), honest in the next."""
+    forward = f"""
+    def forward(self, x):
+        marker = pathlib.Path({str(marker)!r})
+        if not marker.exists():
+            marker.write_text("1")
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 978.00 MiB.")
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        _lib.softmax_rows(x, y, x.shape[1], 0, x.shape[0], 0)
+        return y
+"""
+    return candidate(forward, prelude="import pathlib")
+
+
+@pytest.mark.slow
+def test_out_of_memory_under_the_first_share_is_retried_with_the_larger_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cap is the harness's: the first OOM under it raises the pool's share (once) and evaluates
+    the candidate again; an OOM under the larger share is the candidate's, and says what to change.
+    (The CPU worker has no device cap to set; the shares stand in for a GPU's.)"""
+    import kernelevolve.evaluate.pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "gpu_shares", lambda settings, platform: (0.1, 0.3))
+    events: list[tuple[str, Any]] = []
+    settings = replace(cpu_settings(tmp_path, spares=0), sandbox_filesystem=False)
+    with EvaluatorPool(load_spec(SPECS / "softmax.py"), get_platform("cpu"), settings, static_guards=False,
+                       on_event=lambda e, label, d: events.append((e, d))) as pool:  # fmt: skip
+        v = pool.evaluate_one(_oom_once(tmp_path / "first"), "oom_once.py")
+        retries = [d for e, d in events if e == "retry"]
+        assert v.status in OK and v.correct and v.timed, v.message
+        assert len(retries) == 1 and "out of memory under the harness's memory cap of 10.0%" in retries[0]
+        assert "retrying with 30.0%" in retries[0] and pool.gpu_share == 0.3
+        # at the larger share the same OOM is the candidate's verdict: no second raise, no loop
+        events.clear()
+        v = pool.evaluate_one(_oom_once(tmp_path / "second"), "oom_again.py")
+    assert v.status == Status.OOM and not v.correct, v.message
+    assert not [e for e, _ in events if e == "retry"]
+    assert "under the harness's memory cap of 30.0% of the device per worker" in v.message
+    assert "lower `workers` or `--per-device`" in v.message
+
+
 # -- a fitness baseline that fails in some workers only ----------------------------------------------
 
 FLAKY_COMPILE_SPEC = '''

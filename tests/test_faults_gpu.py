@@ -83,3 +83,41 @@ def test_device_memory_past_the_limit_is_a_verdict(pool: EvaluatorPool) -> None:
     assert v.status in (Status.OOM, Status.RUNTIME_ERROR) and not v.correct, v.message
     assert "memory" in v.message.lower(), v.message
     _healthy(pool)
+
+
+def test_a_spec_too_large_for_the_first_memory_share_gets_the_larger_one(tmp_path: Path) -> None:
+    """Out of memory under the harness's first cap (0.9 over workers, spares and specs per device) is
+    not the candidate's fault: the pool raises the share to 0.9 over its workers and evaluates again.
+    The candidate's scratch (1.2x the first share) stands in for a spec whose timing needs more."""
+    import torch
+
+    from kernelevolve.evaluate.pool import gpu_shares
+
+    from .cpu_candidates import TRITON_SOFTMAX_KERNEL
+
+    settings = harness_settings(tmp_path, "cuda", workers=2, spares=1, device_share=3)
+    shares = gpu_shares(settings, "cuda")
+    assert shares == (0.1, 0.15)
+    scratch = int(1.2 * shares[0] * torch.cuda.get_device_properties(0).total_memory)
+    source = (
+        TRITON_SOFTMAX_KERNEL
+        + f"""
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        scratch = torch.empty({scratch}, dtype=torch.uint8, device=x.device)
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        softmax_kernel[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        del scratch
+        return y
+"""
+    )
+    events: list[tuple[str, Any]] = []
+    with EvaluatorPool(load_spec(SPECS / "softmax.py"), get_platform("cuda"), settings,
+                       on_event=lambda e, label, d: events.append((e, d))) as pool:  # fmt: skip
+        v = pool.evaluate_one(source, "scratch.py")
+        assert pool.gpu_share == 0.15
+    retries = [d for e, d in events if e == "retry"]
+    assert len(retries) == 1 and "out of memory under the harness's memory cap of 10.0%" in retries[0]
+    assert v.status == Status.OK and v.correct and v.timed, v.message

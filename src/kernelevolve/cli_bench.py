@@ -134,6 +134,10 @@ def bench(
     policy: PolicyOpt = "uct",
     only: Annotated[str | None, typer.Option(help="Only the specs whose path matches this regex.")] = None,
     fresh: Annotated[bool, typer.Option(help="Start a new bench instead of resuming this one.")] = False,
+    redo: Annotated[
+        str | None,
+        typer.Option(help="Run the done specs whose path matches this regex again, in new runs."),
+    ] = None,
     report: Annotated[
         Path | None, typer.Option(help="Write the report (md, csv, json, png, html) here.")
     ] = None,
@@ -160,7 +164,7 @@ def bench(
       kernelevolve bench suites/llm --report out/ --json > bench.json
       kernelevolve bench suites --devices all          # one spec per GPU at a time
       kernelevolve bench suites --devices all --per-device 3   # three per GPU: more host CPU, 1/3 the memory
-    Run the same command again to resume; --fresh starts over.
+    Run the same command again to resume; --fresh starts over, --redo NAME runs one spec again.
     """
     from kernelevolve.bench import run_bench
     from kernelevolve.search.policies import SearchConfig
@@ -172,7 +176,7 @@ def bench(
         search = SearchConfig(policy=policy).validate()
         limits = _limits(budget, None, None, max_usd, None, None)
         synth = SynthConfig(name=llm or "tuner", base_url=base_url)
-        doc = run_bench(directory, settings, search, limits, synth, track=track, fresh=fresh, only=only,
+        doc = run_bench(directory, settings, search, limits, synth, track=track, fresh=fresh, only=only, redo=redo,
                         devices=_devices(devices), per_device=per_device, on_event=_bench_progress())  # fmt: skip
     except KernelevolveError as exc:
         _fail(exc)

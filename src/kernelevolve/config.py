@@ -53,7 +53,9 @@ class Settings:
     memory_limit_gb: float = 16.0
     sandbox_network: bool = True  # the worker in its own empty network namespace (Linux; SECURITY.md)
     sandbox_filesystem: bool = True  # the worker writes only in its own directory (Linux Landlock)
-    gpu_memory_fraction: float | None = None  # None: 0.9 / (device_share * worker processes of the pool)
+    # None: 0.9 / (device_share * worker processes of the pool), raised for a spec that needs more
+    # to 0.9 / (device_share * workers) (`evaluate.pool.gpu_shares`)
+    gpu_memory_fraction: float | None = None
     # Pools sharing each device (`kernelevolve bench --per-device K` sets K): each pool's workers get
     # 1/device_share of the memory an unset `gpu_memory_fraction` gives them.
     device_share: int = 1

@@ -9,7 +9,9 @@ Resuming: a bench is found again by its key, a hash of the directory and the opt
 numbers (track, baselines, synthesizer, budget, policy, platform). Running the same command again
 skips the specs already done, resumes a run that was interrupted and starts the rest. A spec is done
 for its file and for the knowledge base's code samples that compute it (`item_key`): a changed file,
-or a sample added or changed for it since, runs it again. `fresh=True` starts a new bench.
+or a sample added or changed for it since, runs it again. `fresh=True` starts a new bench;
+`redo=REGEX` runs the done specs whose path matches again, each in a new run (a result measured
+before a harness fix, say); a redo that is interrupted resumes like any run.
 
 Several devices (`devices=[0, 1, 2, 3]`): one spec per device at a time, each run's evaluator pool on
 its own device; the runs share the workspace (SQLite transactions). A spec's numbers come from one
@@ -126,6 +128,7 @@ def run_bench(
     track: str = "strict",
     fresh: bool = False,
     only: str | None = None,
+    redo: str | None = None,
     devices: Sequence[int] | None = None,
     per_device: int = 1,
     on_event: Event | None = None,
@@ -144,8 +147,8 @@ def run_bench(
         raise WorkspaceError(f"unknown track {track!r}", hint="tracks: " + ", ".join(TRACKS))
     emit = on_event or (lambda event, data: None)
     files = discover(directory)
-    if only:
-        pattern = re.compile(only)
+    pattern, again = _regex("--only", only), _regex("--redo", redo)
+    if pattern is not None:
         files = [
             p for p in files if pattern.search(str(p.relative_to(directory) if directory.is_dir() else p))
         ]
@@ -176,7 +179,9 @@ def run_bench(
         ws.set_bench_status(bench_id, "running")
         # What is left to spend: the full budget for every spec not done yet (an upper bound: a run
         # resumed halfway, or stopped early by patience, spends less).
-        left = sum(1 for rel in rels if items.get(rel, {}).get("status") != "done")
+        left = sum(
+            1 for rel in rels if items.get(rel, {}).get("status") != "done" or (again and again.search(rel))
+        )
         cost = estimate(ws, synth, left * limits.budget, settings)
     emit("bench", {"bench_id": bench_id, "specs": len(files), "resumed": resumed, "dir": str(directory),
                    "estimate": cost.to_dict(), "estimate_line": cost.line()})  # fmt: skip
@@ -188,6 +193,8 @@ def run_bench(
         with Workspace.open(settings.workspace) as ws:
             item = next(r for r in ws.bench_items(bench_id) if r["path"] == rel)
         info = {"index": i + 1, "total": len(files), "path": rel, "device": device_settings.device}
+        if again is not None and again.search(rel) and item["status"] == "done":
+            item = {**item, "status": "redo", "fingerprint": ""}  # done: a new run, not the cached row
         try:
             spec = load_spec(path)
         except Exception as exc:  # a bench survives any spec: SpecError, or the file's own bug
@@ -218,6 +225,13 @@ def run_bench(
     with Workspace.open(settings.workspace) as ws:
         ws.set_bench_status(bench_id, "done")
         return {**bench_document(ws, bench_id), "estimate": cost.to_dict()}
+
+
+def _regex(option: str, text: str | None) -> re.Pattern[str] | None:
+    try:
+        return re.compile(text) if text else None
+    except re.error as exc:
+        raise WorkspaceError(f"{option} {text!r} is not a regular expression: {exc}") from None
 
 
 def _pinned(settings: Settings, device: int, per_device: int) -> Settings:

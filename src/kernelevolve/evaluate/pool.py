@@ -38,16 +38,25 @@ def candidate_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def gpu_fraction(settings: Settings, platform: str) -> float | None:
-    """The share of device memory each of a pool's worker processes may take on a GPU: the setting,
-    else 0.9 split over the pool's workers and spares, and over the `device_share` pools on the device
-    (`kernelevolve bench --per-device`). None on the CPU."""
+def gpu_shares(settings: Settings, platform: str) -> tuple[float, float] | None:
+    """(first, most): the share of device memory each of a pool's worker processes may take on a GPU.
+    A set `gpu_memory_fraction` is both. Else a worker first gets 0.9 split over the pool's workers
+    and spares, and over the `device_share` pools on the device (`kernelevolve bench --per-device`);
+    a spec that needs more (an evaluation out of memory under that cap) gets 0.9 split over the
+    workers alone, since spares hold only their start-up's memory. None on the CPU."""
     if settings.gpu_memory_fraction is not None:
-        return settings.gpu_memory_fraction
+        return settings.gpu_memory_fraction, settings.gpu_memory_fraction
     if platform in ("cuda", "rocm"):
-        processes = max(1, settings.workers) + max(1, settings.spares)
-        return round(0.9 / (max(1, settings.device_share) * processes), 3)
+        share, workers = max(1, settings.device_share), max(1, settings.workers)
+        first = round(0.9 / (share * (workers + max(1, settings.spares))), 3)
+        return first, max(first, round(0.9 / (share * workers), 3))
     return None
+
+
+def _under_the_cap(verdict: Verdict) -> bool:
+    """An evaluation that ran out of device memory in torch's allocator, whose cap is the harness's
+    share (a host OOM or a kill is another story)."""
+    return verdict.status == Status.OOM and "OutOfMemoryError" in verdict.message
 
 
 def _note_start_up(verdict: Verdict, waited: float, info: dict[str, Any]) -> None:
@@ -101,6 +110,11 @@ class EvaluatorPool:
         # The baselines prepared in some worker of this pool (shared by a run's device pools): once
         # the fitness baseline has worked, its failure in a later worker is that worker's, not the spec's.
         self.baselines_seen: set[str] = set()
+        # The device memory share of each worker, raised once to `gpu_share_max` for a spec whose
+        # evaluations run out of memory under the first (`gpu_shares`).
+        shares = gpu_shares(settings, platform.name)
+        self.gpu_share: float | None = shares[0] if shares else None
+        self.gpu_share_max: float | None = shares[1] if shares else None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -142,7 +156,7 @@ class EvaluatorPool:
             spec_path=self.spec.path,
             precision=self.spec.precision,
             device_index=self.settings.device,
-            gpu_memory_fraction=gpu_fraction(self.settings, self.platform.name),
+            gpu_memory_fraction=self.gpu_share,
             trusted_cache=self.trusted_cache if self.trusted_cache and self.trusted_cache.is_dir() else None,
         ).start()
 
@@ -271,6 +285,7 @@ class EvaluatorPool:
                     raise EvaluationAborted("the evaluator pool was aborted") from exc
                 raise
             waited = time.monotonic() - asked
+            share = self.gpu_share
             with self._lock:
                 self._busy.add(worker)
             try:
@@ -283,6 +298,7 @@ class EvaluatorPool:
                         "uses_load_inline": "load_inline" in source,
                         "profile": self.profile,
                         "graphs": dict(self.graphs),
+                        "gpu_memory_fraction": share,  # a spare prepared under a smaller one
                         **{k: v for k, v in options.items() if v is not None},
                     },
                     on_phase=lambda phase: self.on_event("phase", label, phase),
@@ -296,6 +312,18 @@ class EvaluatorPool:
             verdict = self._verdict_from(outcome, base, kind)
             _note_start_up(verdict, waited, worker.info or {})
             self.baselines_seen.update(verdict.method.baselines)
+            if share is not None and _under_the_cap(verdict):
+                if self._raise_share(share) and not self._closed:
+                    # The harness's cap, not the device, was short: the same candidate again, with the
+                    # larger share (not counted as a retry; it happens once per pool).
+                    self.on_event("retry", label, self._share_text(share, "out of memory under") +
+                                  f"; retrying with {self.gpu_share:.1%}")  # fmt: skip
+                    continue
+                verdict.message += (
+                    f" ({self._share_text(share, 'under')}, the most each of {self.settings.workers} "
+                    f"workers gets with {self.settings.device_share} spec(s) per device; if the "
+                    "reference needs about as much, lower `workers` or `--per-device`)"
+                )
             lost = self._lost_fitness_baseline(verdict)
             if killed_from_outside(outcome):
                 # Someone else's kill (an operator, a node's OOM killer reaping the biggest process) is
@@ -321,6 +349,18 @@ class EvaluatorPool:
         elif retries and not verdict.ok:
             verdict.message += f" (the same in {retries + 1} fresh workers)"
         return verdict
+
+    def _raise_share(self, used: float) -> bool:
+        """Give workers the larger memory share, if `used` was below it: True when it is larger now
+        (another evaluation may have raised it already)."""
+        with self._lock:
+            if self.gpu_share_max is None or used >= self.gpu_share_max:
+                return False
+            self.gpu_share = max(self.gpu_share or 0.0, self.gpu_share_max)
+            return True
+
+    def _share_text(self, share: float, what: str) -> str:
+        return f"{what} the harness's memory cap of {share:.1%} of the device per worker"
 
     def _lost_fitness_baseline(self, verdict: Verdict) -> str | None:
         """Why a timed verdict's fitness baseline failed in its worker, when it has worked in another

@@ -293,6 +293,15 @@ def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: 
             other.compiled = None
 
 
+def _memory_share(state: Prepared, fraction: float | None) -> None:
+    """The device memory share the engine gives this evaluation (the pool may have raised it since
+    this worker was prepared), set before any candidate code runs."""
+    if fraction and state.device.type == "cuda":
+        import torch
+
+        torch.cuda.set_per_process_memory_fraction(float(fraction), state.device)
+
+
 def _end_with_engine(cmd_fd: int) -> None:
     """Watch the engine's end of the command pipe; once it is closed (the engine was killed or
     crashed), end this worker and everything in its process group at once. Otherwise an orphan running
@@ -363,6 +372,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if msg["op"] == "evaluate":
             from kernelevolve.evaluate.evaluation import evaluate
+
+            _memory_share(state, msg.get("gpu_memory_fraction"))
 
             chan.send("result", verdict=evaluate(state, msg, chan).to_dict())
         elif msg["op"] == "baselines":
