@@ -10,6 +10,11 @@ are non-negative sums of few terms. Eager runs about 18 kernels: gathers over a 
 max_postings slots per query term, masks, products, the zero fill and index_add_. The dense write
 dominates the bytes, so a good kernel is one zero fill at bandwidth plus one scatter launch with
 atomics over the real postings only, one program per query term.
+
+Roofline bytes (`bytes` per shape): the dense write plus the postings the query terms own (a doc id
+and a score, 12 bytes, `postings` on average per term) and each term's id, weight and list bounds
+(28 bytes). The inputs hold the whole index, which a kernel does not read: counting them would set
+the roofline far below what the op needs (a zero fill at bandwidth measured 111% of it).
 """
 
 import torch
@@ -77,11 +82,14 @@ KERNELEVOLVE = {
     "description": "jagged scatter: sparse inverted-index scoring of a query batch into dense doc scores",
     "shapes": {
         "serving": {"weight": 0.5, "params": {"queries": 32, "terms": 10, "n_terms": 50000,
-                                              "n_docs": 1000000, "postings": 100}},
+                                              "n_docs": 1000000, "postings": 100},
+                    "bytes": 32 * 1000000 * 4 + 32 * 10 * (100 * 12 + 28)},
         "batch": {"weight": 0.3, "params": {"queries": 256, "terms": 10, "n_terms": 50000,
-                                            "n_docs": 500000, "postings": 200}},
+                                            "n_docs": 500000, "postings": 200},
+                  "bytes": 256 * 500000 * 4 + 256 * 10 * (200 * 12 + 28)},
         "shard": {"weight": 0.2, "params": {"queries": 64, "terms": 6, "n_terms": 50000,
-                                            "n_docs": 100000, "postings": 50}},
+                                            "n_docs": 100000, "postings": 50},
+                  "bytes": 64 * 100000 * 4 + 64 * 6 * (50 * 12 + 28)},
     },
     "precision": "strict_fp32",
 }  # fmt: skip
