@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -413,5 +414,83 @@ def test_an_interrupted_run_stops_at_once_and_leaves_its_node_for_the_resume(tmp
             (node,) = w.nodes(run_id)
             assert node["state"] == "proposed" and node["evaluation_id"] is None  # evaluated on resume
             assert w.run(run_id)["status"] == "stopped"
+    finally:
+        providers.unregister("scripted")
+
+
+def test_an_interrupt_during_the_finish_step_stops_it_at_once_and_resume_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finish step's re-measure is given up on an interrupt (the pool aborted), not waited for:
+    here a re-measure that would hang for two minutes. The run is left stopped, and its resume
+    finishes it with no new candidate."""
+    import threading
+    from contextlib import contextmanager
+
+    from kernelevolve.evaluate.pool import EvaluationAborted
+    from kernelevolve.optimize import drive, start
+    from kernelevolve.search import engine as engine_mod
+
+    real = engine_mod.open_evaluator
+    hang = {"on": True}
+    remeasuring, aborted = threading.Event(), threading.Event()
+
+    class HangingRemeasure:
+        def __init__(self, pool: Any) -> None:
+            self.pool = pool
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.pool, name)
+
+        def evaluate_one(self, source: str, label: str = "candidate.py", **options: Any) -> Any:
+            if hang["on"] and label.endswith("-final.py"):
+                remeasuring.set()
+                if not aborted.wait(120):
+                    raise AssertionError("the finish step was never aborted")
+                raise EvaluationAborted("the evaluator pool was aborted")
+            return self.pool.evaluate_one(source, label, **options)
+
+        def abort(self) -> None:
+            aborted.set()
+            self.pool.abort()
+
+    @contextmanager
+    def wrapped(request: Any) -> Any:
+        with real(request) as pool:
+            yield HangingRemeasure(pool)
+
+    monkeypatch.setattr(engine_mod, "open_evaluator", wrapped)
+    _register_script([text_reply(f"```python\n{C_SOFTMAX}\n```")])
+    ws = tmp_path / "ws"
+    settings = replace(cpu_settings(tmp_path, workers=1), workspace=ws)
+    interrupt = threading.Event()
+    outcome: list[BaseException] = []
+    try:
+        run_id = start(SPECS / "softmax.py", settings, SearchConfig(draft=1, parallel=1), Limits(budget=1),
+                       SynthConfig("scripted:fake-1", single_shot=True))  # fmt: skip
+
+        def go() -> None:
+            try:
+                drive(run_id, ws, interrupt=interrupt)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=go)
+        thread.start()
+        assert remeasuring.wait(180), "the run never reached its re-measure"
+        asked = time.monotonic()
+        interrupt.set()
+        thread.join(60)
+        assert not thread.is_alive() and time.monotonic() - asked < 30
+        assert len(outcome) == 1 and isinstance(outcome[0], KeyboardInterrupt), outcome
+        with Workspace.open(ws) as w:
+            assert w.run(run_id)["status"] == "stopped"
+            (node,) = w.nodes(run_id)
+            assert node["state"] == "evaluated"
+        hang["on"] = False
+        summary = drive(run_id, ws)
+        assert summary["best_node"] == node["id"] and summary["nodes_evaluated"] == 1
+        with Workspace.open(ws) as w:
+            assert w.run(run_id)["status"] == "done" and len(w.nodes(run_id)) == 1
     finally:
         providers.unregister("scripted")

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -456,7 +457,7 @@ class Engine:
             self.emit("remeasure", {"node": node_id})
             source = tree[node_id].source
             assert source is not None
-            v = self.pool.evaluate_one(source, f"node-{node_id}-final.py", shapes=self.ctx.shapes)
+            v = self._measure(source, f"node-{node_id}-final.py")
             finals[node_id] = v
             self.ws.record_evaluation(v.to_dict())
         out = self.ctx.out_dir
@@ -480,14 +481,34 @@ class Engine:
         self.ws.update_run(self.run_id, summary=summary)
         return summary
 
+    def _measure(self, source: str, label: str) -> Verdict:
+        """One evaluation of the finish step, given up at once when the run is interrupted (Ctrl-C,
+        or `interrupt` from a bench's other thread): the pool is aborted and KeyboardInterrupt raised,
+        with nothing stored, so `resume` finds the run stopped at its limit and finishes it again."""
+        pool = self.pool
+        assert pool is not None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelevolve-finish") as ex:
+            future = ex.submit(pool.evaluate_one, source, label, shapes=self.ctx.shapes)
+            try:
+                while True:
+                    try:
+                        return future.result(timeout=0.5)
+                    except FutureTimeout:
+                        if self.interrupt.is_set():
+                            raise KeyboardInterrupt from None
+            except KeyboardInterrupt:  # a plugin's executor without `abort` is waited for
+                abort = getattr(pool, "abort", None)
+                if abort is not None:
+                    abort()
+                raise
+
     def _verify_skills(self, tree: Tree) -> list[dict[str, Any]]:
         if not self.ctx.settings.skills or self.ctx.settings.skills_verify <= 0 or self.pool is None:
             return []
-        pool = self.pool
 
         def evaluate(source: str, label: str) -> dict[str, Any]:
             self.emit("verify_skill", {"label": label})
-            return pool.evaluate_one(source, label, shapes=self.ctx.shapes).to_dict()
+            return self._measure(source, label).to_dict()
 
         try:
             return learning.verify_skills(self.ws, self.run_id, tree, evaluate, self.ctx.settings.skills_verify,
