@@ -319,11 +319,7 @@ class EvaluatorPool:
                     self.on_event("retry", label, self._share_text(share, "out of memory under") +
                                   f"; retrying with {self.gpu_share:.1%}")  # fmt: skip
                     continue
-                verdict.message += (
-                    f" ({self._share_text(share, 'under')}, the most each of {self.settings.workers} "
-                    f"workers gets with {self.settings.device_share} spec(s) per device; if the "
-                    "reference needs about as much, lower `workers` or `--per-device`)"
-                )
+                verdict.message += f" ({self._share_text(share, 'under')}, {self._share_remedy()})"
             lost = self._lost_fitness_baseline(verdict)
             if killed_from_outside(outcome):
                 # Someone else's kill (an operator, a node's OOM killer reaping the biggest process) is
@@ -361,6 +357,15 @@ class EvaluatorPool:
 
     def _share_text(self, share: float, what: str) -> str:
         return f"{what} the harness's memory cap of {share:.1%} of the device per worker"
+
+    def _share_remedy(self) -> str:
+        s = self.settings
+        if s.gpu_memory_fraction is not None:
+            return "the `gpu_memory_fraction` setting; if the reference needs about as much, raise it"
+        return (
+            f"the most each of {s.workers} workers gets with {s.device_share} spec(s) per device; if "
+            "the reference needs about as much, lower `workers` or `--per-device`"
+        )
 
     def _lost_fitness_baseline(self, verdict: Verdict) -> str | None:
         """Why a timed verdict's fitness baseline failed in its worker, when it has worked in another
