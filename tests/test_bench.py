@@ -73,6 +73,33 @@ def test_summary_names_and_values() -> None:
     assert eager_only["geomean_vs_compile"] is None and eager_only["fast_1_vs_compile"] is None
 
 
+def test_suspicious_candidates_are_counted_and_reported_though_not_ranked() -> None:
+    from kernelevolve.bench.report import render_markdown
+    from kernelevolve.bench.results import result_row
+
+    flag = "correct, but the speedup is implausible and needs review: shape s: 43.5x faster than eager"
+    nodes = [
+        {"id": 1, "state": "evaluated", "status": "ok", "fitness": 1.5, "note": "sample"},
+        {"id": 2, "state": "evaluated", "status": "suspicious", "fitness": 0.0, "message": flag},
+        {"id": 3, "state": "evaluated", "status": "suspicious", "fitness": 0.0, "message": flag},
+        {"id": 4, "state": "evaluated", "status": "incorrect", "fitness": 0.0, "message": "wrong"},
+    ]
+    shape = {"shape": "s", "weight": 1.0, "correct": True, "roofline_fraction": 0.5}
+    summary = {"best_node": 1, "shapes": [shape], "nodes_evaluated": 4, "nodes_ok": 1}
+    row = result_row("op", "op.py", summary, nodes, "strict_fp32")
+    assert row["suspicious"] == 2 and row["suspicious_example"] == flag and row["best_node"] == 1
+    clean = result_row("other", "other.py", summary, nodes[:1], "strict_fp32")
+    assert clean["suspicious"] == 0 and clean["suspicious_example"] is None
+    s = metrics.summarize([row, clean])
+    assert s["suspicious_candidates"] == 2 and s["flagged"] == 0  # the ranked results carry no flag
+    doc = {"bench_id": "b1", "dir": "suite", "summary": s, "results": [row, clean], "load_errors": [],
+           "environment": {}}  # fmt: skip
+    text = render_markdown(doc)
+    assert "2 candidates flagged `suspicious` and not ranked" in text
+    assert "## Candidates flagged suspicious" in text and "- op: 2, e.g. correct, but" in text
+    assert "- other:" not in text
+
+
 def test_delivered_speedup_is_shape_weighted_and_never_below_the_reference() -> None:
     summary = {
         "shapes": [{"shape": "s", "weight": 0.5}, {"shape": "l", "weight": 0.5}],
@@ -324,6 +351,16 @@ def test_bench_show_rewrites_the_report(bench_run: dict[str, Any], tmp_path: Pat
     assert res.exit_code == 0, res.output
     assert re.search(r"2_ew_chain\s+yes", res.stdout)
     assert (tmp_path / "r" / "bench.html").exists()
+    # A row stored before rows counted their suspicious candidates gets the count from its run.
+    ws = bench_run["ws"]
+    with Workspace.open(ws) as w:
+        item = next(r for r in w.bench_items(doc["bench_id"]) if r["path"] == "2_ew_chain.py")
+        old_row = {k: v for k, v in item["result"].items() if not k.startswith("suspicious")}
+        w.put_bench_item(doc["bench_id"], item["path"], item["position"], item["name"], result=old_row)
+    shown = _invoke(["benches", "show", doc["bench_id"], "--workspace", str(ws), "--json"])
+    (row,) = json.loads(shown.stdout)["results"]
+    assert row["suspicious"] == 0 and row["suspicious_example"] is None
+    assert json.loads(shown.stdout)["summary"]["suspicious_candidates"] == 0
 
 
 def test_bench_errors_say_what_to_do(tmp_path: Path) -> None:

@@ -95,6 +95,7 @@ def summarize(results: Sequence[dict[str, Any]], load_errors: int = 0) -> dict[s
     for key in ("candidates", "tokens", "cost_usd", "gpu_s", "wall_s"):
         out[key] = round(sum(float(r.get(key) or 0) for r in results), 4)
     out["flagged"] = sum(1 for r in results if r.get("flags"))
+    out["suspicious_candidates"] = sum(int(r.get("suspicious") or 0) for r in results)
     return out
 
 

@@ -96,7 +96,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += [
         "",
         f"{s['correct']} of {s['specs']} ops correct ({fmt_pct(s['correctness_rate'])}); "
-        f"{s['load_errors']} failed to load; {s['flagged']} flagged for review.",
+        f"{s['load_errors']} failed to load; {s['flagged']} results flagged for review; "
+        f"{s.get('suspicious_candidates', 0)} candidates flagged `suspicious` and not ranked.",
         "",
         "| metric | vs eager | vs compile |",
         "| --- | ---: | ---: |",
@@ -126,6 +127,12 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if flagged:
         lines += ["", "## Flagged for review", ""]
         lines += [f"- {md(r['name'])}: {md('; '.join(r['flags']), 300)}" for r in flagged]
+    held = [r for r in doc["results"] if r.get("suspicious")]
+    if held:
+        lines += ["", "## Candidates flagged suspicious (not ranked; they need review)", ""]
+        lines += [
+            f"- {md(r['name'])}: {r['suspicious']}, e.g. {md(r.get('suspicious_example'), 300)}" for r in held
+        ]
     if doc.get("pending"):
         lines += ["", f"Not yet run: {md(', '.join(doc['pending']))} (run the same command again to resume)."]
     return "\n".join(lines) + "\n"

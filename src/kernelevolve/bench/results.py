@@ -47,6 +47,15 @@ def curve(nodes: Sequence[dict[str, Any]]) -> list[float]:
     return out
 
 
+def held_back(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Correct candidates flagged `suspicious` (above 10x, or past the datasheet roofline): never
+    ranked, so an op's figures leave them out until someone reviews them. Their count, and one's
+    message."""
+    flagged = [n for n in nodes if n.get("status") == "suspicious"]
+    example = str(flagged[0].get("message") or "")[:300] if flagged else None
+    return {"suspicious": len(flagged), "suspicious_example": example}
+
+
 def result_row(
     name: str, path: str, summary: dict[str, Any], nodes: Sequence[dict[str, Any]], precision: str
 ) -> dict[str, Any]:
@@ -84,6 +93,7 @@ def result_row(
         "gpu_s": summary.get("gpu_s", 0.0),
         "wall_s": summary.get("wall_s", 0.0),
         "flags": summary.get("flags") or [],
+        **held_back(nodes),
         "stop_reason": summary.get("stop_reason"),
         "message": None if correct else (summary.get("final_message") or "no correct kernel found"),
         "curve": curve(nodes),
@@ -91,4 +101,4 @@ def result_row(
     }
 
 
-__all__ = ["curve", "delivered", "result_row"]
+__all__ = ["curve", "delivered", "held_back", "result_row"]

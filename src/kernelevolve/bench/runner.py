@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.bench.metrics import summarize
-from kernelevolve.bench.results import result_row
+from kernelevolve.bench.results import held_back, result_row
 from kernelevolve.config import Settings
 from kernelevolve.cost import estimate
 from kernelevolve.errors import KernelevolveError, SpecError, WorkspaceError
@@ -372,7 +372,7 @@ def bench_document(ws: Workspace, bench_id: str) -> dict[str, Any]:
     """The bench as one JSON-able object: options, environment, results, load errors, summary."""
     bench = ws.bench(bench_id)
     items = ws.bench_items(bench["bench_id"])
-    results = [r["result"] for r in items if r["status"] == "done" and r["result"]]
+    results = [_reviewed(ws, r["result"]) for r in items if r["status"] == "done" and r["result"]]
     load_errors = [{"path": r["path"], "error": r["error"]} for r in items if r["status"] == "load_error"]
     pending = [r["path"] for r in items if r["status"] in ("pending", "running")]
     method = next((r["method"] for r in results if r.get("method")), None) or {}
@@ -403,6 +403,14 @@ def bench_document(ws: Workspace, bench_id: str) -> dict[str, Any]:
         "pending": pending,
         "summary": summarize(results, load_errors=len(load_errors)),
     }
+
+
+def _reviewed(ws: Workspace, row: dict[str, Any]) -> dict[str, Any]:
+    """A result row stored before rows counted their suspicious candidates gets the count from its
+    run's nodes (a done run's nodes do not change)."""
+    if "suspicious" in row or not row.get("run_id"):
+        return row
+    return {**row, **held_back(ws.nodes(row["run_id"]))}
 
 
 __all__ = ["TRACKS", "bench_document", "bench_key", "discover", "run_bench", "track_precision"]
