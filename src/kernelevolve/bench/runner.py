@@ -260,43 +260,49 @@ def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settin
     stop = threading.Event()
     errors: list[BaseException] = []
 
-    def worker(device: int) -> None:
+    def worker(device: int, done: threading.Event) -> None:
         device_settings = _pinned(settings, device, per_device)
-        while not stop.is_set():
-            with lock:
-                if not queue:
-                    return
-                i = queue.pop(0)
-            try:
-                one(i, device_settings)
-            except BaseException as exc:  # re-raised in the calling thread
-                errors.append(exc)
-                stop.set()
+        try:
+            while not stop.is_set():
+                with lock:
+                    if not queue:
+                        return
+                    i = queue.pop(0)
+                try:
+                    one(i, device_settings)
+                except BaseException as exc:  # re-raised in the calling thread
+                    errors.append(exc)
+                    stop.set()
+        finally:
+            done.set()
 
     threads = [
-        threading.Thread(target=worker, args=(d,), name=f"bench-device-{d}-{k}", daemon=True)
-        for d in devices for k in range(per_device)
+        (threading.Thread(target=worker, args=(d, done), name=f"bench-device-{d}-{k}", daemon=True), done)
+        for d in devices for k in range(per_device) for done in [threading.Event()]
     ]  # fmt: skip
     try:
-        for t in threads:
+        for t, _ in threads:
             t.start()
-        _join(threads)
+        _join([done for _, done in threads])
     except KeyboardInterrupt:
         stop.set()
         if interrupt is not None:
             interrupt.set()
-        _join([t for t in threads if t.ident is not None])  # those started
+        _join([done for t, done in threads if t.ident is not None])  # those started
         raise
     if errors:
         raise errors[0]
 
 
-def _join(threads: list[threading.Thread]) -> None:
-    """Wait for the threads, waking twice a second: a signal sent to the process may be delivered to
-    another thread, and Python raises KeyboardInterrupt only once the main thread runs again."""
-    for t in threads:
-        while t.is_alive():
-            t.join(0.5)
+def _join(done: list[threading.Event]) -> None:
+    """Wait until every thread has said it is done, waking twice a second: a signal sent to the
+    process may be delivered to another thread, and Python raises KeyboardInterrupt only once the main
+    thread runs again. Not `Thread.join`: on Python 3.11 a KeyboardInterrupt that lands inside it can
+    leave a running thread marked as stopped, and the second wait (for the runs to store their stop)
+    would then skip it."""
+    for event in done:
+        while not event.wait(0.5):
+            pass
 
 
 def item_key(spec: Spec) -> str:
