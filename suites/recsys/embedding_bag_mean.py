@@ -34,8 +34,8 @@ def get_init_inputs():
 def least_bytes(vocab: int, dim: int, bags: int, n_ids: int) -> int:
     """Roofline bytes: each distinct table row once (the expected count of distinct ids among n_ids
     uniform draws), the ids, the offsets and the output. The table is an input, but a lookup reads
-    only its rows: counting the whole table set the roofline below what the fastest kernels measure,
-    which flagged them as faster than the hardware allows."""
+    only its rows: counting the whole table made the roofline's least time longer than the fastest
+    kernels took, so they were flagged as faster than the hardware allows."""
     distinct = vocab * (1 - (1 - 1 / vocab) ** n_ids)
     return int(distinct * dim * 4 + n_ids * 8 + (bags + 1) * 8 + bags * dim * 4)
 

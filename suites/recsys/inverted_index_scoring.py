@@ -13,8 +13,9 @@ atomics over the real postings only, one program per query term.
 
 Roofline bytes (`bytes` per shape): the dense write plus the postings the query terms own (a doc id
 and a score, 12 bytes, `postings` on average per term) and each term's id, weight and list bounds
-(28 bytes). The inputs hold the whole index, which a kernel does not read: counting them would set
-the roofline far below what the op needs (a zero fill at bandwidth measured 111% of it).
+(28 bytes). The inputs hold the whole index, which a kernel does not read: counting them made the
+roofline's least time longer than the op needs, and kernels that zero-fill at bandwidth measured
+111% of the roofline.
 """
 
 import torch
