@@ -345,8 +345,11 @@ def test_ctrl_c_stops_the_run_cleanly_and_names_it(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     env = {**os.environ, **FAST_ENV, "KERNELEVOLVE_WORKSPACE": str(ws)}
     args = ["optimize", str(SPECS / "ew_chain.py"), "--platform", "cpu", "--budget", "20", "--parallel", "1"]
+    # Ctrl-C as a terminal sends it, even where the tests themselves run with SIGINT ignored (a shell
+    # without job control starts background commands so, and children inherit it).
     proc = subprocess.Popen([sys.executable, "-m", "kernelevolve.cli", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     db = ws / "kernelevolve.db"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
