@@ -219,11 +219,7 @@ class Engine:
                 self._abort.set()
                 for f in inflight:
                     f.cancel()
-                # The evaluations in flight end now, their nodes left `proposed` (an executor of a
-                # plugin without `abort` is waited for).
-                abort = getattr(self.pool, "abort", None)
-                if abort is not None:
-                    abort()
+                self._abort_evaluations()  # their nodes left `proposed`
                 raise
         return reason or "stopped"
 
@@ -496,11 +492,16 @@ class Engine:
                     except FutureTimeout:
                         if self.interrupt.is_set():
                             raise KeyboardInterrupt from None
-            except KeyboardInterrupt:  # a plugin's executor without `abort` is waited for
-                abort = getattr(pool, "abort", None)
-                if abort is not None:
-                    abort()
+            except KeyboardInterrupt:
+                self._abort_evaluations()
                 raise
+
+    def _abort_evaluations(self) -> None:
+        """End the evaluations in flight now (the run interrupted): they record nothing. An executor
+        of a plugin without `abort` is waited for."""
+        abort = getattr(self.pool, "abort", None)
+        if abort is not None:
+            abort()
 
     def _verify_skills(self, tree: Tree) -> list[dict[str, Any]]:
         if not self.ctx.settings.skills or self.ctx.settings.skills_verify <= 0 or self.pool is None:
