@@ -29,6 +29,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def worker_processes(root: int) -> tuple[list[int], list[int]]:
+    """Worker processes below `root`: (the ones the engine spawned, the ones running the candidate).
+    With a PID namespace, each worker is three processes: the spawned stub outside, the namespace's
+    init, and the confined worker under it; without one, the two lists are the same."""
+    from kernelevolve.evaluate.sandbox import descendants
+
+    parents = {}
+    for pid in descendants(root, include_zombies=False):
+        try:
+            if b"kernelevolve.evaluate.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                parents[pid] = int(stat[stat.rfind(")") + 2 :].split()[1])
+        except OSError:
+            pass
+    spawned = [pid for pid, parent in parents.items() if parent not in parents]
+    confined = [pid for pid in parents if pid not in parents.values()]
+    return spawned, confined
+
+
 def harness_settings(tmp: Path, platform: str = "cpu", **overrides: object) -> Settings:
     """Fast settings for tests: eager baseline only, short timing, generous timeouts."""
     base = Settings(

@@ -69,6 +69,33 @@ def test_triton_candidate_is_checked_under_the_interpreter_but_not_timed(
     assert all(s.correct and s.candidate is None and s.eager is None for s in v.shapes)
 
 
+TRITON_POINTER_CACHE = (
+    TRITON_SOFTMAX.replace(
+        """    def forward(self, x):
+        x = x.contiguous()
+""",
+        """    def forward(self, x):
+        x = x.contiguous()
+        key = (x.data_ptr(), tuple(x.shape))
+        if key in _CACHE:
+            return _CACHE[key]
+""",
+    )
+    .replace("        return y\n", "        _CACHE[key] = y\n        return y\n")
+    .replace("class ModelNew(", "_CACHE = {}\n\n\nclass ModelNew(")
+)
+
+
+def test_a_triton_pointer_cache_is_caught_where_nothing_is_timed(softmax_pool: EvaluatorPool) -> None:
+    """Under the CPU's interpreter nothing is timed, so the timed calls' refilled buffers never come:
+    the correctness trials themselves refill the first trial's inputs in place, and the cache's
+    stale answer fails there."""
+    assert "_CACHE[key] = y" in TRITON_POINTER_CACHE and "if key in _CACHE" in TRITON_POINTER_CACHE
+    v = softmax_pool.evaluate_one(TRITON_POINTER_CACHE, "triton_pointer_cache.py")
+    assert v.status == Status.INCORRECT and not v.correct, v.message
+    assert "refilled in place" in v.message
+
+
 def test_broken_triton_candidate_is_incorrect(softmax_pool: EvaluatorPool) -> None:
     # Stores only the first half of every row's columns: the rest is whatever the allocator gave.
     broken = TRITON_SOFTMAX.replace(

@@ -26,10 +26,9 @@ from kernelevolve.evaluate.executors import (
     resolve_devices,
     split,
 )
-from kernelevolve.evaluate.sandbox import descendants
 from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
-from tests.conftest import SPECS, cpu_settings
+from tests.conftest import SPECS, cpu_settings, worker_processes
 from tests.cpu_candidates import HONEST, candidate
 
 OK = (Status.OK, Status.SUSPICIOUS)  # suspicious: a loaded 2-core VM's eager time can balloon
@@ -103,14 +102,7 @@ def test_the_local_executor_is_one_pool_on_one_device(tmp_path: Path) -> None:
 
 
 def _workers() -> list[int]:
-    found = []
-    for pid in descendants(os.getpid(), include_zombies=False):
-        try:
-            if b"kernelevolve.evaluate.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(pid)
-        except OSError:
-            pass
-    return found
+    return worker_processes(os.getpid())[0]  # the processes the pool spawned
 
 
 @pytest.mark.slow

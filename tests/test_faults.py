@@ -18,7 +18,7 @@ from kernelevolve.evaluate import EvaluatorPool, Status
 from kernelevolve.evaluate.lease import DeviceLease
 from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
-from tests.conftest import SPECS, cpu_settings
+from tests.conftest import SPECS, cpu_settings, worker_processes
 from tests.cpu_candidates import HONEST, candidate
 
 pytestmark = pytest.mark.slow
@@ -275,8 +275,6 @@ def test_a_worker_dies_with_its_engine(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from kernelevolve.evaluate.sandbox import descendants
-
     spin = tmp_path / "spin.py"
     spin.write_text(candidate("\n    def forward(self, x):\n        _lib.spin_forever()\n        return x\n"))
     engine = subprocess.Popen([sys.executable, "-c", ENGINE, str(SPECS / "softmax.py"), str(tmp_path / "ws"),
@@ -285,8 +283,7 @@ def test_a_worker_dies_with_its_engine(tmp_path: Path) -> None:
     for line in engine.stdout:  # the engine's phase events: the candidate's first call is in this phase
         if line.strip() == "phase first-run":
             break
-    (worker,) = [pid for pid in descendants(engine.pid, include_zombies=False)
-                 if b"kernelevolve.evaluate.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]  # fmt: skip
+    (worker,) = worker_processes(engine.pid)[1]  # the one running the candidate
     time.sleep(2.0)
     spun = _cpu_seconds(worker)
     time.sleep(1.0)

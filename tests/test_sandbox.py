@@ -15,10 +15,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -63,8 +65,44 @@ def _landlock_missing() -> str | None:
     return None if abi > 0 else f"no Landlock in this kernel ({errno.errorcode.get(ctypes.get_errno())})"
 
 
+def _pidns_missing() -> str | None:
+    """Why this machine cannot give a process a PID and mount namespace with a /proc of its own
+    (probed in a child, without the code under test), or None."""
+    if sys.platform != "linux":
+        return "PID namespaces need Linux"
+    code = (
+        "import ctypes, os, sys\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "flags = 0x20020000 if os.geteuid() == 0 else 0x30020000  # NEWPID | NEWNS (| NEWUSER)\n"
+        "uid, gid = os.geteuid(), os.getegid()\n"
+        "if libc.unshare(flags) != 0: sys.exit(ctypes.get_errno())\n"
+        "if uid != 0:\n"
+        "    open('/proc/self/setgroups', 'w').write('deny')\n"
+        "    open('/proc/self/uid_map', 'w').write(f'{uid} {uid} 1')\n"
+        "    open('/proc/self/gid_map', 'w').write(f'{gid} {gid} 1')\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    ok = libc.mount(b'none', b'/', None, 0x44000, None) == 0\n"
+        "    ok = ok and libc.mount(b'proc', b'/proc', b'proc', 0xe, None) == 0\n"
+        "    os._exit(0 if ok else ctypes.get_errno() or 1)\n"
+        "sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+    )
+    rc = subprocess.run([sys.executable, "-c", code], check=False).returncode
+    return None if rc == 0 else f"no PID namespace with its own /proc here ({errno.errorcode.get(rc, rc)})"
+
+
+def _landlock_abi() -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.syscall(ctypes.c_long(444), None, ctypes.c_long(0), ctypes.c_long(1)))
+
+
 NETNS_MISSING, LANDLOCK_MISSING = _netns_missing(), _landlock_missing()
+# Landlock refuses TCP (ABI 4+) before the empty namespace can (ENETUNREACH: 127.0.0.1 is not the
+# test's there); each layer alone is shown by the tests that switch the other off.
+TCP_REFUSED = "EACCES" if not LANDLOCK_MISSING and _landlock_abi() >= 4 else "ENETUNREACH"
+PIDNS_MISSING = _pidns_missing()
 needs_netns = pytest.mark.skipif(NETNS_MISSING is not None, reason=NETNS_MISSING or "")
+needs_pidns = pytest.mark.skipif(PIDNS_MISSING is not None, reason=PIDNS_MISSING or "")
 needs_landlock = pytest.mark.skipif(LANDLOCK_MISSING is not None, reason=LANDLOCK_MISSING or "")
 
 
@@ -161,7 +199,7 @@ def test_native_code_in_a_worker_reaches_no_network_and_writes_nothing_outside(
     _assert_evaluated(honest)  # the whole evaluation works inside the sandbox
     assert _sandbox_notes(honest) == []  # both layers are on, and nothing says otherwise
     connect, write = _outcome(tricks)
-    assert connect == -errno.ENETUNREACH  # in its own namespace, 127.0.0.1 is not the test's
+    assert connect == -getattr(errno, TCP_REFUSED)
     assert write == -errno.EACCES
     assert not target.exists()
 
@@ -190,7 +228,8 @@ namespaces and without Landlock)."""
 import ctypes
 import errno
 
-import kernelevolve.evaluate.sandbox as sandbox
+import kernelevolve.evaluate.landlock as landlock
+import kernelevolve.evaluate.namespaces as namespaces
 
 
 class RefusingLibc:
@@ -211,8 +250,8 @@ class RefusingLibc:
         return getattr(self.real, name)
 
 
-_real_libc = sandbox._libc
-sandbox._libc = lambda: RefusingLibc(_real_libc())
+_real_libc = landlock.libc
+landlock.libc = namespaces.libc = lambda: RefusingLibc(_real_libc())
 '''
 
 
@@ -246,8 +285,11 @@ from kernelevolve.evaluate.sandbox import confine
 workdir, outside, port = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 if sys.argv[6] == "1":  # a thread that exists before the set-up
     threading.Thread(target=threading.Event().wait, daemon=True).start()
-notes = confine(workdir, network=sys.argv[4] == "1", filesystem=sys.argv[5] == "1")
-out = {"notes": notes, "ids": [os.getuid(), os.getgid()]}
+notes = confine(
+    workdir, network=sys.argv[4] == "1", filesystem=sys.argv[5] == "1", processes=sys.argv[7] == "1"
+)
+out = {"notes": notes, "ids": [os.getuid(), os.getgid()], "pid": os.getpid()}
+out["proc"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 
 def attempt(key, action):
     try:
@@ -260,6 +302,7 @@ attempt("connect", lambda: socket.create_connection(("127.0.0.1", port), timeout
 attempt("write", lambda: (outside / "escaped.txt").write_text("escaped"))
 attempt("inside", lambda: (workdir / "tmp.txt").write_text("fine"))
 attempt("mkdir", lambda: (outside / "newdir").mkdir())
+attempt("read", lambda: (outside.parent / "private" / "secret.txt").read_text())
 # A thread started after the set-up, and a program it runs (as a compiler would be), are bound too.
 thread = threading.Thread(target=attempt, args=("thread", lambda: (outside / "thread.txt").write_text("x")))
 thread.start()
@@ -279,12 +322,13 @@ def _probe(
     early_thread: bool = False,
     python: str = sys.executable,
     preexec: Callable[[], None] | None = None,
+    processes: bool = True,
 ) -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(SRC)
     env["KERNELEVOLVE_LEASE_DIR"] = str(workdir / "leases")
     argv = [python, "-c", PROBE, str(workdir), str(outside), str(port)]
-    argv += [str(int(network)), str(int(filesystem)), str(int(early_thread))]
+    argv += [str(int(network)), str(int(filesystem)), str(int(early_thread)), str(int(processes))]
     done = subprocess.run(
         argv, env=env, capture_output=True, text=True, timeout=60, check=False, preexec_fn=preexec
     )
@@ -294,9 +338,14 @@ def _probe(
 
 
 def _dirs(root: Path) -> tuple[Path, Path]:
+    """The worker's directory, a folder outside it, and beside them a private file to read."""
     workdir, outside = root / "worker", root / "outside"
     workdir.mkdir()
     outside.mkdir()
+    (root / "private").mkdir()
+    (root / "private" / "secret.txt").write_text("secret")
+    (root / "private").chmod(0o755)
+    (root / "private" / "secret.txt").chmod(0o644)  # readable by any user: only Landlock refuses it
     return workdir, outside
 
 
@@ -306,7 +355,7 @@ def test_confine_cuts_the_network_and_confines_writes(tmp_path: Path, listener: 
     workdir, outside = _dirs(tmp_path)
     out = _probe(workdir, outside, listener)
     assert out["notes"] == []
-    assert out["connect"] == "ENETUNREACH"
+    assert out["connect"] == TCP_REFUSED
     assert (out["write"], out["mkdir"], out["thread"], out["child"]) == (
         "EACCES",
         "EACCES",
@@ -314,17 +363,23 @@ def test_confine_cuts_the_network_and_confines_writes(tmp_path: Path, listener: 
         "refused",
     )
     assert out["inside"] == "ok"
+    assert out["read"] == "EACCES"
     assert list(outside.iterdir()) == []
+    # process 2 of a namespace of its own: its init, itself and the shell it ran are all there is
+    assert out["pid"] == 2 and os.getpid() not in out["proc"], out["proc"]  # type: ignore[operator]
+    assert set(out["proc"]) <= {1, 2, 3, 4}  # type: ignore[arg-type]
 
 
 def test_confine_switched_off_is_the_control(tmp_path: Path, listener: int) -> None:
     """The same attempts, with both layers off, all succeed: the probe can tell."""
     workdir, outside = _dirs(tmp_path)
-    out = _probe(workdir, outside, listener, network=False, filesystem=False)
+    out = _probe(workdir, outside, listener, network=False, filesystem=False, processes=False)
     assert (out["connect"], out["write"], out["mkdir"], out["thread"], out["child"]) == ("ok",) * 5
+    assert out["read"] == "ok" and out["pid"] != 2 and os.getpid() in out["proc"]  # type: ignore[operator]
     notes = out["notes"]
-    assert isinstance(notes, list) and len(notes) == 2
-    assert "sandbox_network = false" in notes[0] and "sandbox_filesystem = false" in notes[1]
+    assert isinstance(notes, list) and len(notes) == 3
+    assert "sandbox_network = false" in notes[0] and "sandbox_processes = false" in notes[1]
+    assert "sandbox_filesystem = false" in notes[2]
 
 
 def test_confine_after_a_thread_exists_applies_nothing_and_says_so(tmp_path: Path, listener: int) -> None:
@@ -332,8 +387,74 @@ def test_confine_after_a_thread_exists_applies_nothing_and_says_so(tmp_path: Pat
     workdir, outside = _dirs(tmp_path)
     out = _probe(workdir, outside, listener, early_thread=True)
     notes = out["notes"]
-    assert isinstance(notes, list) and len(notes) == 2 and all("already runs threads" in n for n in notes)
+    assert isinstance(notes, list) and len(notes) == 3 and all("already runs threads" in n for n in notes)
     assert (out["connect"], out["write"]) == ("ok", "ok")
+
+
+ENDINGS = r"""
+import os, signal, sys, time
+from pathlib import Path
+from kernelevolve.evaluate.sandbox import confine
+
+workdir, how = Path(sys.argv[1]), sys.argv[2]
+confine(workdir)
+if how == "exit":
+    os._exit(7)
+if how == "segv":
+    os.kill(os.getpid(), signal.SIGSEGV)  # as a crash in a candidate's native code ends
+if how == "self-kill":
+    os.kill(os.getpid(), signal.SIGKILL)  # a process 1 could not do this; process 2 can
+if how == "linger":  # a grandchild that left the group: only the namespace's end takes it
+    if os.fork() == 0:
+        os.setsid()
+        time.sleep(600)
+    print("ready", flush=True)
+    time.sleep(600)
+time.sleep(5)
+os._exit(0)
+"""
+
+
+def _ending(tmp: Path, how: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(SRC), KERNELEVOLVE_LEASE_DIR=str(tmp / "leases"))
+    return subprocess.Popen(
+        [sys.executable, "-c", ENDINGS, str(tmp), how], env=env, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+@needs_pidns
+@pytest.mark.parametrize(
+    ("how", "code"), [("exit", 7), ("segv", -signal.SIGSEGV), ("self-kill", -signal.SIGKILL)]
+)
+def test_the_spawned_process_ends_as_the_confined_one_did(tmp_path: Path, how: str, code: int) -> None:
+    """The engine holds the outer stub: it must exit as process 2 did, signals included."""
+    assert _ending(tmp_path, how).wait(60) == code
+
+
+@needs_pidns
+def test_killing_the_spawned_process_ends_the_whole_namespace(tmp_path: Path) -> None:
+    from kernelevolve.evaluate.sandbox import descendants
+
+    proc = _ending(tmp_path, "linger")
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    inside = descendants(proc.pid)
+    assert len(inside) == 3  # the init, the confined process, its grandchild in a session of its own
+    os.kill(proc.pid, signal.SIGKILL)  # the stub alone, as a crash of the engine's handle might
+    proc.wait(10)
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in inside) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in inside)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
 
 
 def _unprivileged_python() -> str | None:
@@ -383,7 +504,8 @@ def test_confine_as_an_unprivileged_user_goes_through_a_user_namespace(listener:
         out = _probe(workdir, outside, listener, python=python, preexec=_become_nobody)
         assert out["notes"] == []
         assert out["ids"] == [65534, 65534]  # the user namespace maps the ids to themselves
-        assert out["connect"] == "ENETUNREACH" and out["write"] == "EACCES" and out["inside"] == "ok"
+        assert out["pid"] == 2 and out["read"] == "EACCES"  # its own PID namespace; reads confined
+        assert out["connect"] == TCP_REFUSED and out["write"] == "EACCES" and out["inside"] == "ok"
         assert not (outside / "escaped.txt").exists()
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -51,8 +51,14 @@ class Settings:
     run_timeout_s: float = 180.0
     prepare_timeout_s: float = 900.0
     memory_limit_gb: float = 16.0
-    sandbox_network: bool = True  # the worker in its own empty network namespace (Linux; SECURITY.md)
-    sandbox_filesystem: bool = True  # the worker writes only in its own directory (Linux Landlock)
+    # The worker's sandbox (Linux; SECURITY.md): its own empty network namespace; its own PID, mount
+    # and IPC namespaces (no other process in sight, a private /dev/shm) with no capabilities; reads
+    # and writes confined by Landlock (reads: the system's libraries and compilers, the Python
+    # installation and import paths, the spec, and `sandbox_read_paths`; writes: its own directory).
+    sandbox_network: bool = True
+    sandbox_processes: bool = True
+    sandbox_filesystem: bool = True
+    sandbox_read_paths: list[str] = field(default_factory=list)
     # None: 0.9 / (device_share * worker processes of the pool), raised for a spec that needs more
     # to 0.9 / (device_share * workers) (`evaluate.pool.gpu_shares`)
     gpu_memory_fraction: float | None = None

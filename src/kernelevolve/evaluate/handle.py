@@ -3,7 +3,8 @@
 A worker is spawned (never forked: the engine may have touched CUDA) as
 `python -m kernelevolve.evaluate.worker` in its own process group and its own temporary directory,
 with a scrubbed environment, private compile caches, and its stdout/stderr in a log file; it is told
-that directory (`--workdir`): once confined (`sandbox.py`), it writes nowhere else but leases and /dev.
+that directory (`--workdir`): once confined (`sandbox.py`), it writes nowhere else but leases and its
+device nodes, and reads only what compiling and running a kernel needs, and the spec.
 The torch.compile cache it starts from is a copy of a trusted one, written only by workers that had
 no candidate loaded, so no candidate can slow down the baselines of later candidates by poisoning it.
 
@@ -31,7 +32,7 @@ import kernelevolve
 from kernelevolve.errors import HarnessError, SpecError
 from kernelevolve.evaluate.lease import lease_dir
 from kernelevolve.evaluate.protocol import Channel
-from kernelevolve.evaluate.sandbox import kill_tree, scrub_env
+from kernelevolve.evaluate.sandbox import kill_tree, sandbox_argv, scrub_env
 
 NO_LIMIT = 7 * 24 * 3600.0
 
@@ -121,12 +122,7 @@ class WorkerHandle:
         lease_key = self.platform.lease_key(self.device_index)
         if self.platform.exclusive:
             argv += ["--lease", lease_key]
-        # The sandbox's own layers (sandbox.confine): writes only beneath this directory, no network.
-        argv += ["--workdir", str(self.dir)]
-        if not s.sandbox_network:
-            argv.append("--no-netns")
-        if not s.sandbox_filesystem:
-            argv.append("--no-landlock")
+        argv += sandbox_argv(self.dir, s, [self.spec_path] if self.spec_path else [])
         self._spawned = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(

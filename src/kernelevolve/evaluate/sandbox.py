@@ -1,55 +1,54 @@
-"""The worker's sandbox: a scrubbed environment, no network, writes confined to its own directory,
-resource limits, and a kill that leaves nothing behind.
+"""The worker's sandbox: a scrubbed environment, namespaces of its own, reads and writes confined
+by Landlock, resource limits, and a kill that leaves nothing behind.
 
 What it covers:
 - Environment: every variable that looks like a secret (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*,
   *CREDENTIAL*, cloud and LLM provider prefixes) is removed; HOME and TMPDIR point into the worker's
-  own temporary directory, so dotfiles with credentials are out of reach by path.
-- Network (Linux, `isolate_network`): the worker moves itself into a new, empty network namespace
-  (only a loopback interface, down), so no address is reachable, not even the host's 127.0.0.1 or its
-  abstract Unix sockets. As root it unshares the network namespace alone; as any other user it first
-  enters a new user namespace that maps its uid and gid to themselves (so nothing looks different).
-- Writes (Linux 5.13+ with Landlock, `restrict_writes`): the worker may create, write, truncate,
-  rename, link or remove files only beneath its own directory, the device-lease directory, /dev and
-  its own threads' /proc entries (`/proc/self/task`, which CUDA writes as it starts).
-  Reads stay allowed everywhere (Python, torch and the vendor libraries load from anywhere).
+  own temporary directory.
+- Namespaces (Linux, `namespaces.py`): the worker runs as process 2 of a PID namespace of its own,
+  with a private /proc (the engine, other workers and every other process have no entry there and
+  no number to name), a private /dev/shm and System V IPC, and an empty network namespace (only a
+  loopback interface, down: not the host's 127.0.0.1, not its abstract Unix sockets). As root, the
+  namespaces are made with root's privileges and then every capability is dropped; as any other
+  user, a user namespace that maps the ids to themselves comes first.
+- Files (Linux 5.13+ with Landlock, `landlock.py`): reads only beneath what compiling and running
+  a kernel needs (`readable_paths`: the system's libraries, compilers and headers, the Python
+  installation and import paths, toolkit folders, parts of /etc, GPU device nodes, /sys, /proc,
+  the spec), never a folder that holds the engine's home or workspace; writes only beneath the
+  worker's own directory, the device-lease directory, those device nodes and its own threads' /proc
+  entries (CUDA writes them as it starts). No TCP at all (ABI 4+); no signals or abstract Unix
+  sockets outside its domain (ABI 6+); no mounts; no device nodes made anywhere.
 - Limits (set by the worker on itself, before torch is imported): address-space growth through
   RLIMIT_DATA (not RLIMIT_AS, which breaks CUDA start-up), no core files, a maximum file size, and a
   CPU-time backstop; RLIMIT_NPROC where it is enforced (not for root).
 - Kill: the worker leads its own process group and is a child subreaper (orphans of its descendants
   are re-parented to it); after reporting it waits to be killed rather than exiting. `kill_tree` stops
   the group, collects every descendant (including ones that left the group with setsid or
-  double-forked) from /proc, and SIGKILLs them all.
+  double-forked) from /proc, and SIGKILLs them all; the PID namespace's init dying takes the rest.
 
-The worker applies the network and write layers to itself (`confine`) first (after the device lease,
-where it takes one at start), while it is still one thread and before torch is imported: both bind
-only the calling thread and what it starts later. Both can be switched off (settings `sandbox_network`, `sandbox_filesystem`;
-CUDA, Triton and the torch.compile baseline run inside both on an H100 and an H200). Where the OS
-refuses one (no user namespaces, no Landlock, not Linux), the worker runs without it and says so in
-a note that reaches every verdict's method notes.
+The worker applies the layers to itself (`confine`) first (after the device lease, where it takes one
+at start), while it is still one thread and before torch is imported. Each can be switched off
+(settings `sandbox_network`, `sandbox_processes`, `sandbox_filesystem`; CUDA, Triton, nvcc and the
+torch.compile baseline run inside all of them on an H100). Where the OS refuses one (no user
+namespaces, no Landlock, not Linux), the worker runs without it and says so in a note that reaches
+every verdict's method notes. The profiler's process is confined the same way through
+`confined_exec.py`.
 
-What it does not cover (see SECURITY.md): reads (native code can read whatever the engine's user
-can), Unix sockets that have a path in the file system, and a candidate that is root on the machine
-(it can leave the namespace and raise its own limits). The static and runtime guards keep a
-candidate's Python away from `os`, `resource` and `ctypes`; native code is contained by these layers
-and the kill alone.
+What it does not cover (see SECURITY.md): Unix sockets that have a path in the file system, files
+beneath the readable folders, and the GPU itself (shared memory of the device, timing side channels).
+The static and runtime guards keep a candidate's Python away from `os`, `resource` and `ctypes`;
+native code is contained by these layers and the kill alone.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
-import fcntl
 import os
-import platform
 import re
 import signal
-import socket
-import stat
-import struct
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 SECRET_NAME = re.compile(
     r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|CERT|SIGNATURE|WEBHOOK|"
@@ -70,204 +69,180 @@ def scrub_env(env: dict[str, str], workdir: Path) -> dict[str, str]:
     return clean
 
 
-# -- network and writes: the worker confines itself -------------------------------------------------
+# -- namespaces and Landlock: the worker confines itself ------------------------------------------
 
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWNET = 0x40000000
-PR_SET_NO_NEW_PRIVS = 38
-
-# Landlock's system calls: from number 424 on, every architecture (x86_64 and aarch64 included) shares
-# one numbering; alpha, the exception, is not listed.
-SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
-LANDLOCK_MACHINES = ("x86_64", "aarch64", "riscv64", "ppc64le", "s390x")
-LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
-LANDLOCK_RULE_PATH_BENEATH = 1
-# The write-type file-system rights (ABI 1), then those later ABIs added. Reads (READ_FILE, READ_DIR,
-# EXECUTE) are not handled, so they stay allowed everywhere; nor is IOCTL_DEV (ABI 5): drivers need it.
-FS_WRITE_FILE = 1 << 1
-FS_WRITE_RIGHTS_ABI1 = (
-    FS_WRITE_FILE
-    | 1 << 4  # REMOVE_DIR
-    | 1 << 5  # REMOVE_FILE
-    | 1 << 6  # MAKE_CHAR
-    | 1 << 7  # MAKE_DIR
-    | 1 << 8  # MAKE_REG
-    | 1 << 9  # MAKE_SOCK
-    | 1 << 10  # MAKE_FIFO
-    | 1 << 11  # MAKE_BLOCK
-    | 1 << 12  # MAKE_SYM
+# Read-only beneath these (where they exist): the system's programs, libraries, headers and compilers
+# (/usr holds /usr/local/cuda and the GCC toolchain), and the kernel's views a runtime reads (/sys for
+# devices and CPUs; /proc, private where a PID namespace was had).
+SYSTEM_READS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/sys", "/proc", "/opt/rocm")
+# Of /etc, what the loader, the C library and the drivers read; never all of it (/etc/shadow, keys).
+ETC_READS = (
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group", "localtime",
+    "timezone", "os-release", "lsb-release", "debian_version", "host.conf", "hosts", "gai.conf",
+    "mime.types", "nvidia", "OpenCL", "vulkan", "alternatives",
+)  # fmt: skip
+# Device nodes a kernel's runtime opens for reading and writing; never a disk's. /dev/shm is private
+# where a mount namespace was had.
+DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "shm", "kfd", "dri", "nvidia-caps")
+# Variables naming toolkits a compile reads (their folders become readable, as PATH's entries do).
+TOOLKIT_VARS = (
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_ROOT",
+    "ROCM_PATH",
+    "TRITON_PTXAS_PATH",
+    "TRITON_LIBCUDA_PATH",
 )
-FS_REFER = 1 << 13  # ABI 2: link or rename into another directory
-FS_TRUNCATE = 1 << 14  # ABI 3
 
 
-class _RulesetAttr(ctypes.Structure):
-    # struct landlock_ruleset_attr, first field only: later fields (network, scopes) stay unhandled,
-    # and every ABI accepts the shorter struct.
-    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
-
-
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1  # struct landlock_path_beneath_attr is packed
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _errno_name(err: int) -> str:
-    return errno.errorcode.get(err, str(err))
-
-
-def _threads() -> int:
+def device_nodes() -> list[Path]:
+    dev = Path("/dev")
+    nodes = [dev / name for name in DEVICE_NODES]
     try:
-        return len(os.listdir("/proc/self/task"))
+        nodes += sorted(p for p in dev.iterdir() if p.name.startswith("nvidia"))
     except OSError:
-        return 1
+        pass
+    return nodes
 
 
-# Written by the GPU drivers of a confined process: device nodes, and its own threads' /proc entries
-# (CUDA fails to start with error 304, "OS call failed", without the latter; measured on an H100 and
-# an H200, driver 580). `/proc/self` resolves to the confining process itself, so no other process's.
-DEVICE_WRITES = (Path("/dev"), Path("/proc/self/task"))
+def _holds(path: Path, protected: list[Path]) -> bool:
+    """Whether `path` is or contains a protected path (the engine's home, the workspace)."""
+    return any(p == path or path in p.parents for p in protected)
 
 
-def confine(workdir: Path | None, network: bool = True, filesystem: bool = True) -> list[str]:
-    """The worker's first act: no network, and writes only beneath `workdir`, the lease directory and
-    `DEVICE_WRITES`. Returns notes about the layers that are off or that the OS refused."""
+def readable_paths(extra: list[Path], protect: list[Path]) -> tuple[list[Path], list[str]]:
+    """What a confined process may read, beyond the folders it may write: the system's (above), the
+    Python installation and every import path, toolkit folders (PATH, LD_LIBRARY_PATH, CUDA_HOME, ...),
+    and `extra` (the spec). A candidate folder that is or holds a `protect`ed path is left out, with
+    a note (a PYTHONPATH of the home folder would otherwise open the whole home)."""
+    import shutil
+
+    import kernelevolve
+
+    protected = [p.resolve() for p in protect if str(p) not in ("", "/")]
+    found: list[Path] = [Path(p) for p in SYSTEM_READS] + [Path("/etc") / name for name in ETC_READS]
+    found += device_nodes()
+    python = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
+    python += [os.path.dirname(os.path.realpath(sys.executable)), *sys.path]
+    tools = [os.environ.get(v, "") for v in TOOLKIT_VARS]
+    for var in ("PATH", "LD_LIBRARY_PATH"):
+        tools += os.environ.get(var, "").split(os.pathsep)
+    for exe in ("nvcc", "ncu", "hipcc", "cc", "c++"):
+        where = shutil.which(exe)
+        if where:
+            tools.append(str(Path(where).resolve().parent.parent))  # the toolkit: bin/.., include, lib
+    notes = []
+    for text in [*python, *tools]:
+        if not text or not os.path.isabs(text):
+            continue
+        path = Path(text).resolve()
+        if not os.path.exists(path):  # False also where this user may not look
+            continue
+        if _holds(path, protected):
+            if str(path) not in ("/",) and text in python:
+                notes.append(
+                    f"{path} is not readable by the worker: it holds the engine's home or workspace "
+                    "(move the package, or add a narrower folder to sandbox_read_paths)"
+                )
+            continue
+        found.append(path)
+    found.append(Path(kernelevolve.__file__).resolve().parent)  # an editable install's source
+    found += [Path(p).resolve() for p in extra]
+    return list(dict.fromkeys(found)), notes
+
+
+def protected_paths(settings: Any) -> list[Path]:
+    """Never readable by a confined process, nor any folder above them: the engine's home (dotfiles,
+    keys, tokens) and the workspace (the store, every run's kernels)."""
+    import pwd
+
+    homes = {os.path.expanduser("~")}
+    try:
+        homes.add(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        pass
+    return [Path(h) for h in sorted(homes) if h not in ("", "/")] + [Path(settings.workspace).resolve()]
+
+
+def sandbox_argv(workdir: Path, settings: Any, reads: list[Path]) -> list[str]:
+    """The sandbox's flags for a worker or `confined_exec`, from the settings: which layers are on,
+    what is readable beyond the system's (`reads`, `sandbox_read_paths`) and what is protected."""
+    argv = ["--workdir", str(workdir)]
+    if not settings.sandbox_network:
+        argv.append("--no-netns")
+    if not settings.sandbox_processes:
+        argv.append("--no-pidns")
+    if not settings.sandbox_filesystem:
+        argv.append("--no-landlock")
+    for path in [*reads, *map(Path, settings.sandbox_read_paths)]:
+        argv += ["--read", str(Path(path).expanduser().resolve())]
+    for path in protected_paths(settings):
+        argv += ["--protect", str(path)]
+    return argv
+
+
+def confine(
+    workdir: Path | None,
+    network: bool = True,
+    filesystem: bool = True,
+    processes: bool = True,
+    reads: list[Path] | None = None,
+    protect: list[Path] | None = None,
+    profiler: bool = False,
+) -> list[str]:
+    """A confined process's first act, while it is one thread and before torch is imported: enter
+    its namespaces (`namespaces.enter`: this forks, and only the confined process returns), then
+    Landlock. Reads only beneath `readable_paths`, writes only beneath `workdir`, the lease directory
+    and `device_nodes`, no TCP, no abstract Unix sockets or signals outside. For the profiler's
+    process (`profiler`): its loopback up and TCP on it (Nsight Compute talks to its target over
+    it), root's CAP_SYS_ADMIN kept (the GPU's counters need it), and /proc writable (ncu starts the
+    profiled program, whose entries cannot be named in advance). Returns notes about layers that are
+    off or that the OS refused."""
+    from kernelevolve.evaluate import landlock, namespaces
     from kernelevolve.evaluate.lease import lease_dir
 
     notes = []
     if not network:
         notes.append("network isolation is off (sandbox_network = false): the worker can reach the network")
-    else:
-        note = isolate_network()
-        if note:
-            notes.append(note)
+    if not processes:
+        notes.append(
+            "process isolation is off (sandbox_processes = false): native code can see other processes "
+            "of this user (their /proc entries, environment and memory) and share /dev/shm"
+        )
+    entered = namespaces.enter(
+        network, processes, loopback=profiler, keep=("SYS_ADMIN", "PERFMON") if profiler else ()
+    )
+    notes += entered.notes
     if not filesystem:
         notes.append(
-            "write confinement is off (sandbox_filesystem = false): native code can write wherever "
-            "the engine's user can"
+            "file-system confinement is off (sandbox_filesystem = false): native code can read and write "
+            "wherever the engine's user can"
         )
-    elif workdir is None:
-        notes.append("no worker directory given: native code can write wherever the engine's user can")
-    else:
-        note = restrict_writes([workdir, lease_dir(), *DEVICE_WRITES])
-        if note:
-            notes.append(note)
+        return notes
+    if workdir is None:
+        notes.append(
+            "no worker directory given: native code can read and write wherever the engine's user can"
+        )
+        return notes
+    if namespaces.threads() > 1:  # a domain entered by one thread would not bind the others
+        notes.append(
+            "Landlock not applied (the worker already runs threads): native code can read and write "
+            "wherever the engine's user can; see SECURITY.md"
+        )
+        return notes
+    readable, read_notes = readable_paths(list(reads or []), list(protect or []))
+    notes += read_notes
+    writable = [workdir, *device_nodes()]
+    writable += [Path("/proc")] if profiler else [lease_dir(), Path("/proc/self/task")]
+    result = landlock.restrict(readable, writable, deny_tcp=network and not profiler)
+    if result.note:
+        notes.append(result.note)
+    elif not result.scopes:
+        notes.append(
+            f"Landlock ABI {result.abi} (Linux before 6.12) has no scopes: native code can signal "
+            "processes it can see and reach abstract Unix sockets of its network namespace"
+        )
     return notes
-
-
-def confine_child(workdir: Path, network: bool, filesystem: bool) -> None:
-    """`confine` for a child between fork and exec (a `preexec_fn`, as the profiler spawns its
-    processes): no imports, no lease directory (the parent holds the lease), writes beneath /proc
-    allowed, and the loopback interface up inside the empty namespace (Nsight Compute talks to its
-    target over it). Notes go to `workdir/sandbox-notes.txt`, written before the write rules apply."""
-    notes = []
-    if network:
-        note = isolate_network()
-        if note:
-            notes.append(note)
-        else:
-            loopback_up()
-    if filesystem:
-        # The profiled program is a child of the one confined here (ncu starts it), so its threads'
-        # /proc entries cannot be named in advance: /proc as a whole (for a user other than root,
-        # only its own processes' entries are writable there anyway).
-        note = restrict_writes([workdir, Path("/dev"), Path("/proc")])
-        if note:
-            notes.append(note)
-    if notes:
-        with open(workdir / "sandbox-notes.txt", "a") as f:
-            f.write("".join(n + "\n" for n in notes))
-
-
-def loopback_up() -> None:
-    """Bring up `lo` in this (new, empty) network namespace: traffic to 127.0.0.1 stays inside it."""
-    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH", b"lo", 0)
-        flags = struct.unpack("16sH", fcntl.ioctl(sock, siocgifflags, request)[:18])[1]
-        fcntl.ioctl(sock, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
-
-
-def isolate_network() -> str | None:
-    """Move this process into a new network namespace that holds only a loopback interface, down.
-    Must run while the process has one thread. Returns None, or a note saying why it could not."""
-    if sys.platform != "linux":
-        return "no network namespaces on this OS: the worker can reach the network; see SECURITY.md"
-    if _threads() > 1:
-        return "network namespace not entered (the worker already runs threads): it can reach the network"
-    uid, gid = os.geteuid(), os.getegid()
-    flags = CLONE_NEWNET if uid == 0 else CLONE_NEWUSER | CLONE_NEWNET
-    if _libc().unshare(ctypes.c_int(flags)) != 0:
-        why = _errno_name(ctypes.get_errno())
-        return f"network namespace unavailable ({why}): the worker can reach the network; see SECURITY.md"
-    if uid != 0:
-        # In the new user namespace our ids are unmapped until we map them (to themselves): an
-        # unmapped process cannot even create a file, so a failure here cannot be left as a note.
-        try:
-            Path("/proc/self/setgroups").write_text("deny")
-            Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
-            Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
-        except OSError as exc:
-            raise RuntimeError(
-                f"the worker entered a user namespace but could not map its ids into it ({exc}); "
-                "set sandbox_network = false"
-            ) from exc
-    return None
-
-
-def restrict_writes(allowed: list[Path]) -> str | None:
-    """Landlock: from now on this thread and everything it starts may write (create, write, truncate,
-    remove, rename into, make nodes) only beneath the `allowed` paths; reads are untouched. Must run
-    before any other thread exists. Returns None, or a note saying why it could not."""
-    unconfined = "native code can write wherever the engine's user can; see SECURITY.md"
-    if sys.platform != "linux" or platform.machine() not in LANDLOCK_MACHINES:
-        return f"no Landlock on this OS or architecture: {unconfined}"
-    if _threads() > 1:
-        return f"Landlock not applied (the worker already runs threads): {unconfined}"
-    libc = _libc()
-
-    def syscall(*args: object) -> int:  # ints as longs; None is NULL; byref(...) a pointer
-        return int(libc.syscall(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args)))
-
-    abi = syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, LANDLOCK_CREATE_RULESET_VERSION)
-    if abi < 0:
-        err = ctypes.get_errno()
-        why = {errno.ENOSYS: "not built into this kernel", errno.EOPNOTSUPP: "disabled at boot"}
-        return f"Landlock unavailable ({why.get(err, _errno_name(err))}): {unconfined}"
-    rights = FS_WRITE_RIGHTS_ABI1 | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
-    attr = _RulesetAttr(rights)
-    ruleset = syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
-    if ruleset < 0:
-        return f"Landlock ruleset refused ({_errno_name(ctypes.get_errno())}): {unconfined}"
-    try:
-        for path in allowed:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue  # nothing there: nothing to allow
-            try:
-                # A rule on a file (not a directory) may carry only the rights that apply to files.
-                is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
-                rule = _PathBeneathAttr(rights if is_dir else rights & (FS_WRITE_FILE | FS_TRUNCATE), fd)
-                rc = syscall(
-                    SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0
-                )
-            finally:
-                os.close(fd)
-            if rc != 0:
-                return f"Landlock rule for {path} refused ({_errno_name(ctypes.get_errno())}): {unconfined}"
-        # Required of an unprivileged restrict_self; set-uid programs run without their privileges.
-        if libc.prctl(PR_SET_NO_NEW_PRIVS, *(ctypes.c_ulong(v) for v in (1, 0, 0, 0))) != 0:
-            return f"no_new_privs refused ({_errno_name(ctypes.get_errno())}): {unconfined}"
-        if syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
-            return f"Landlock refused ({_errno_name(ctypes.get_errno())}): {unconfined}"
-    finally:
-        os.close(ruleset)
-    return None
 
 
 # -- resource limits and the kill ----------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The worker process: one per candidate, spawned fresh, prepared before the candidate exists.
 
 Life of a worker (`python -m kernelevolve.evaluate.worker`):
-1. confine itself (no network, writes only in its own directory) and limit itself (memory, CPU time,
-   file size; see `sandbox.py`), then import torch and take its device;
+1. confine itself (namespaces of its own: no network, no other processes in sight; reads and writes
+   confined; see `sandbox.py`) and limit itself (memory, CPU time, file size), then import torch and
+   take its device;
 2. on `prepare`: load the spec, build the reference per shape, compute the reference's outputs (and
    gradients) for every correctness trial, compile the torch.compile baseline and warm it, count
    FLOPs and bytes for the roofline, install the launch counter. All of this happens before any
@@ -312,7 +313,9 @@ def _end_with_engine(cmd_fd: int) -> None:
     while True:
         for _, events in poller.poll():
             if events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
-                os.killpg(0, signal.SIGKILL)
+                with contextlib.suppress(OSError):  # outside its Landlock domain, the stub refuses it
+                    os.killpg(0, signal.SIGKILL)
+                os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -328,7 +331,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--no-netns", action="store_true", help="keep the network (sandbox_network = false)")
     parser.add_argument(
-        "--no-landlock", action="store_true", help="write anywhere (sandbox_filesystem = false)"
+        "--no-pidns", action="store_true", help="see other processes (sandbox_processes = false)"
+    )
+    parser.add_argument(
+        "--no-landlock", action="store_true", help="read and write anywhere (sandbox_filesystem = false)"
+    )
+    parser.add_argument("--read", type=Path, action="append", default=[], help="also readable (the spec)")
+    parser.add_argument(
+        "--protect", type=Path, action="append", default=[], help="never readable, nor a folder above it"
     )
     args = parser.parse_args(argv)
     lease = None
@@ -338,9 +348,16 @@ def main(argv: list[str] | None = None) -> None:
         lease = DeviceLease(args.lease).acquire()
     from kernelevolve.evaluate.sandbox import apply_limits, confine
 
-    # Next, while this process is one thread and before torch is imported: the network namespace and
-    # the write rules bind only the calling thread and what it starts afterwards.
-    notes = confine(args.workdir, network=not args.no_netns, filesystem=not args.no_landlock)
+    # Next, while this process is one thread and before torch is imported: the namespaces need a
+    # single-threaded fork, and Landlock binds only the calling thread and what it starts afterwards.
+    notes = confine(
+        args.workdir,
+        network=not args.no_netns,
+        filesystem=not args.no_landlock,
+        processes=not args.no_pidns,
+        reads=args.read,
+        protect=args.protect,
+    )
     notes += apply_limits(args.memory_bytes, args.cpu_seconds, args.file_bytes)
     faulthandler.enable(all_threads=True)
     for fd in (args.cmd_fd, args.res_fd):  # programs a candidate might exec never hold our channel

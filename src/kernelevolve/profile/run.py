@@ -4,9 +4,9 @@
 launch overhead) and, on an NVIDIA GPU with `ncu` installed, once more under Nsight Compute with the
 fixed metric set of `profile/ncu.py`, filtered to the candidate's NVTX range. Each process gets the
 evaluation workers' scrubbed environment (no secrets, a private HOME and caches), an address-space
-limit where the platform allows one, the workers' sandbox (an empty network namespace with only its
-own loopback up, writes only beneath its directory and /dev; `sandbox.confine_child`), and a
-wall-clock limit after which its process group is killed.
+limit where the platform allows one, the workers' sandbox (`evaluate/confined_exec.py`: namespaces
+of its own, an empty network namespace with only its own loopback up, reads and writes confined), and
+a wall-clock limit after which its process group is killed.
 
 What comes back is a plain dict: `profiler` (torch.profiler's summary or None), `ncu` (per-kernel
 metrics and their summary, or None), `tools` (what ran) and `errors` (what did not, and why): the
@@ -27,7 +27,7 @@ from typing import Any
 import kernelevolve
 from kernelevolve.config import Settings
 from kernelevolve.evaluate.lease import DeviceLease
-from kernelevolve.evaluate.sandbox import apply_limits, confine_child, kill_tree, scrub_env
+from kernelevolve.evaluate.sandbox import kill_tree, sandbox_argv, scrub_env
 from kernelevolve.platforms.base import Platform
 from kernelevolve.profile import ncu
 from kernelevolve.spec import Spec
@@ -101,33 +101,33 @@ def _argv(spec: Spec, cand: Path, shape: str, device: str, mode: str, result: Pa
 
 
 def _spawn(
-    argv: list[str], work: Path, platform: Platform, settings: Settings
+    argv: list[str], work: Path, platform: Platform, settings: Settings, reads: list[Path]
 ) -> tuple[int | None, str, str]:
-    """(exit code or None on timeout, stdout, stderr tail)."""
-    memory = int(settings.memory_limit_gb * 2**30)
-    cpu_seconds = int(settings.profile_timeout_s * 4)
-
-    network, filesystem = settings.sandbox_network, settings.sandbox_filesystem
-
-    def limits() -> None:  # in the child, before exec: the evaluation workers' limits and sandbox
-        apply_limits(memory, cpu_seconds, 2**30)
-        confine_child(work, network, filesystem)
-
+    """(exit code or None on timeout, stdout, stderr tail). `argv` runs inside the workers' sandbox
+    and limits (`evaluate/confined_exec.py`), which may also read `reads`."""
+    confined = [
+        sys.executable,
+        "-m",
+        "kernelevolve.evaluate.confined_exec",
+        *sandbox_argv(work, settings, reads),
+    ]
+    confined += ["--memory-bytes", str(int(settings.memory_limit_gb * 2**30))]
+    confined += ["--cpu-seconds", str(int(settings.profile_timeout_s * 4)), "--file-bytes", str(2**30)]
     # The device lease keeps the profiled calls off the device while an evaluation is being timed.
     lease = DeviceLease(platform.lease_key(settings.device))
     lease.acquire()
     try:
-        return _communicate(argv, work, platform, settings, limits)
+        return _communicate([*confined, "--", *argv], work, platform, settings)
     finally:
         lease.release()
 
 
 def _communicate(
-    argv: list[str], work: Path, platform: Platform, settings: Settings, limits: Any
+    argv: list[str], work: Path, platform: Platform, settings: Settings
 ) -> tuple[int | None, str, str]:
     proc = subprocess.Popen(
         argv, cwd=work, env=_env(work, platform), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=limits,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
         stdout, stderr = proc.communicate(timeout=settings.profile_timeout_s)
@@ -142,7 +142,9 @@ def _communicate(
 def _target(spec: Spec, cand: Path, shape: str, device: str, mode: str, work: Path, platform: Platform,
             settings: Settings) -> dict[str, Any]:  # fmt: skip
     result = work / f"result-{mode}.json"
-    code, _, err = _spawn(_argv(spec, cand, shape, device, mode, result), work, platform, settings)
+    code, _, err = _spawn(
+        _argv(spec, cand, shape, device, mode, result), work, platform, settings, [spec.path]
+    )
     if result.is_file():
         data: dict[str, Any] = json.loads(result.read_text())
         return data
@@ -154,7 +156,8 @@ def _ncu(spec: Spec, cand: Path, shape: str, device: str, work: Path, platform: 
     result = work / "result-ncu.json"
     start = time.perf_counter()
     argv = ncu.command(_argv(spec, cand, shape, device, "ncu", result), ncu=exe)
-    code, stdout, err = _spawn(argv, work, platform, settings)
+    toolkit = Path(exe).resolve().parent.parent  # ncu's own folder: its libraries and sections
+    code, stdout, err = _spawn(argv, work, platform, settings, [spec.path, toolkit])
     if code is None:
         return None, err
     if result.is_file() and not json.loads(result.read_text()).get("ok"):
