@@ -299,7 +299,8 @@ def run_engine(
     (home / ".ray").mkdir(parents=True, exist_ok=True)
     (home / ".ray" / "auth_token").write_text(canary)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(OPENAI_API_KEY=canary, ANTHROPIC_API_KEY=canary, HOME=str(home), PYTHONPATH=str(ROOT))
+    env.update(OPENAI_API_KEY=canary, ANTHROPIC_API_KEY=canary, HOME=str(home))
+    env["PYTHONPATH"] = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
     config = {
         "tmp": str(tmp), "platform": platform, "spec": str(spec), "mode": mode, "sources": sources,
         "overrides": overrides,

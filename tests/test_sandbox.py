@@ -1,10 +1,13 @@
-"""The worker's OS-level sandbox (`sandbox.confine`): no network, and writes only in its own directory.
+"""The worker's OS-level sandbox (`sandbox.confine`): no network, no other process in sight, reads
+and writes confined.
 
 The static guards refuse native source that calls socket(), connect() or open(), so the candidates
-here run with the static guards off: what is tested is the OS layer behind them. Every trick is shown
-to fail with its layer on and to succeed with that layer switched off by its setting (the control: a
-stub sandbox cannot pass). The bare set-up is also run in a fresh interpreter, as this user and as an
-unprivileged one (the user-namespace route), and with the OS refusing both layers.
+here run with the static guards off: what is tested is the OS layer behind them (the channels to
+secrets, tried with the guards on, are in `test_sandbox_channels.py`). Every trick is shown to fail
+with its layer on and to succeed with that layer switched off by its setting (the control: a stub
+sandbox cannot pass). The bare set-up is also run in a fresh interpreter, as this user and as an
+unprivileged one (the user-namespace route), and with the OS refusing every layer; and the process
+the engine spawns is shown to end as the confined one did, and to take the whole namespace with it.
 """
 
 from __future__ import annotations
@@ -285,8 +288,10 @@ from kernelevolve.evaluate.sandbox import confine
 workdir, outside, port = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 if sys.argv[6] == "1":  # a thread that exists before the set-up
     threading.Thread(target=threading.Event().wait, daemon=True).start()
+reads = [Path(p) for p in os.environ.get("PROBE_READS", "").split(os.pathsep) if p]
 notes = confine(
-    workdir, network=sys.argv[4] == "1", filesystem=sys.argv[5] == "1", processes=sys.argv[7] == "1"
+    workdir, network=sys.argv[4] == "1", filesystem=sys.argv[5] == "1", processes=sys.argv[7] == "1",
+    reads=reads,
 )
 out = {"notes": notes, "ids": [os.getuid(), os.getgid()], "pid": os.getpid()}
 out["proc"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
@@ -323,9 +328,11 @@ def _probe(
     python: str = sys.executable,
     preexec: Callable[[], None] | None = None,
     processes: bool = True,
+    reads: list[Path] | None = None,
 ) -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(SRC)
+    env["PROBE_READS"] = os.pathsep.join(map(str, reads or []))
     env["KERNELEVOLVE_LEASE_DIR"] = str(workdir / "leases")
     argv = [python, "-c", PROBE, str(workdir), str(outside), str(port)]
     argv += [str(int(network)), str(int(filesystem)), str(int(early_thread)), str(int(processes))]
@@ -368,6 +375,48 @@ def test_confine_cuts_the_network_and_confines_writes(tmp_path: Path, listener: 
     # process 2 of a namespace of its own: its init, itself and the shell it ran are all there is
     assert out["pid"] == 2 and os.getpid() not in out["proc"], out["proc"]  # type: ignore[operator]
     assert set(out["proc"]) <= {1, 2, 3, 4}  # type: ignore[arg-type]
+
+
+@needs_landlock
+def test_a_folder_given_to_read_is_readable_and_nothing_beside_it(tmp_path: Path, listener: int) -> None:
+    """`reads` (the spec, `sandbox_read_paths`) opens exactly what it names."""
+    workdir, outside = _dirs(tmp_path)
+    (tmp_path / "private" / "other.txt").write_text("other")
+    out = _probe(workdir, outside, listener, reads=[tmp_path / "private" / "secret.txt"])
+    assert out["read"] == "ok" and out["notes"] == []
+    out = _probe(workdir, outside, listener, reads=[tmp_path / "private" / "other.txt"])
+    assert out["read"] == "EACCES"
+
+
+def test_a_folder_holding_the_home_or_workspace_is_never_made_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import path may name the engine's home (PYTHONPATH=~): reading it would open every dotfile."""
+    from kernelevolve.evaluate.sandbox import readable_paths
+
+    home, workspace = tmp_path / "home", tmp_path / "project" / ".kernelevolve"
+    venv = home / "venv" / "site-packages"
+    for d in (venv, workspace):
+        d.mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [str(home), str(venv), str(tmp_path / "project"), *sys.path])
+    readable, notes = readable_paths([], [home, workspace])
+    assert venv in readable  # beneath the home, holding nothing protected: fine
+    assert home not in readable and tmp_path / "project" not in readable
+    assert [p for p in readable if p == home or home in p.parents] == [venv]
+    assert len([n for n in notes if "holds the engine's home or workspace" in n]) == 2
+
+
+def test_the_workers_sandbox_flags_follow_the_settings(tmp_path: Path) -> None:
+    from kernelevolve.evaluate.sandbox import sandbox_argv
+
+    spec = tmp_path / "spec.py"
+    settings = cpu_settings(tmp_path, sandbox_processes=False, sandbox_read_paths=[str(tmp_path / "data")])
+    argv = sandbox_argv(tmp_path / "w", settings, [spec])
+    assert "--no-pidns" in argv and "--no-netns" not in argv and "--no-landlock" not in argv
+    reads = [argv[i + 1] for i, a in enumerate(argv) if a == "--read"]
+    protects = [argv[i + 1] for i, a in enumerate(argv) if a == "--protect"]
+    assert reads == [str(spec.resolve()), str((tmp_path / "data").resolve())]
+    assert str(settings.workspace.resolve()) in protects and os.path.expanduser("~") in protects
 
 
 def test_confine_switched_off_is_the_control(tmp_path: Path, listener: int) -> None:

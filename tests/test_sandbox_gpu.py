@@ -64,6 +64,7 @@ from torch.utils.cpp_extension import load_inline
 CPP = "torch::Tensor row_softmax(torch::Tensor x);"
 CUDA = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 
 __global__ void softmax_rows(const float* x, float* y, int cols) {
     const float* xr = x + (long)blockIdx.x * cols;
@@ -93,7 +94,8 @@ __global__ void softmax_rows(const float* x, float* y, int cols) {
 
 torch::Tensor row_softmax(torch::Tensor x) {
     auto y = torch::empty_like(x);
-    softmax_rows<<<x.size(0), 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), (int)x.size(1));
+    auto stream = at::cuda::getCurrentCUDAStream();
+    softmax_rows<<<x.size(0), 256, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), (int)x.size(1));
     return y;
 }
 """

@@ -193,13 +193,15 @@ class WorkerHandle:
         self._ready.set()
 
     def _sandbox_hint(self) -> str:
-        """Device start-up inside the sandbox is not yet verified on a GPU: say how to rule it out."""
+        """Where a worker fails to start on a system the sandbox was not tried on: how to rule it out."""
         s = self.settings
-        if not (s.sandbox_network or s.sandbox_filesystem):
+        on = [n for n in ("sandbox_network", "sandbox_processes", "sandbox_filesystem") if getattr(s, n)]
+        if not on:
             return ""
         return (
-            "if the device failed to initialize, the worker's sandbox may be the cause: try the settings "
-            "sandbox_network = false and/or sandbox_filesystem = false (see SECURITY.md)\n"
+            "if the device failed to initialize or a file was refused ('Permission denied'), the worker's "
+            f"sandbox may be the cause: try setting {' or '.join(f'{n} = false' for n in on)}, one at a "
+            "time, or add a toolkit's folder to sandbox_read_paths (see SECURITY.md)\n"
         )
 
     def wait_ready(self, timeout: float | None = None) -> dict[str, Any]:

@@ -4,7 +4,7 @@ write and connect to, for itself and everything it starts.
 `restrict(reads, writes, ...)` builds one ruleset and enforces it on the calling thread:
 - Reads (open for reading, list a directory, execute) only beneath `reads` and `writes`.
 - Writes (create, write, truncate, remove, rename or link into) only beneath `writes`. Device nodes
-  and FIFOs may be made nowhere, so a process cannot mint a node for a disk it may not open.
+  may be made nowhere, so a process cannot mint a node for a disk it may not open.
 - TCP (ABI 4+, `deny_tcp`): no bind and no connect at all, beneath the network namespace.
 - Scopes (ABI 6+): no connecting to abstract Unix sockets and no signals outside the domain.
 A rule on a file (not a directory) carries only the rights that apply to files. Paths that do not
@@ -54,8 +54,11 @@ MAKE_SYM = 1 << 12
 REFER = 1 << 13  # ABI 2
 TRUNCATE = 1 << 14  # ABI 3
 READ_RIGHTS = EXECUTE | READ_FILE | READ_DIR
-WRITE_RIGHTS_ABI1 = WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | MAKE_SOCK | MAKE_SYM
-NODE_RIGHTS = MAKE_CHAR | MAKE_BLOCK | MAKE_FIFO  # handled, never granted
+# FIFOs included: Nsight Compute fails to launch its target without them (seen on an H100).
+WRITE_RIGHTS_ABI1 = (
+    WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | MAKE_SOCK | MAKE_FIFO | MAKE_SYM
+)
+NODE_RIGHTS = MAKE_CHAR | MAKE_BLOCK  # handled, never granted: no device node can be made
 FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
 # Network rights (ABI 4) and scopes (ABI 6).
 NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1

@@ -23,8 +23,9 @@ itself). In the namespace:
 - **Capabilities.** As root, the namespaces are made with root's privileges (a fresh `/proc` cannot
   be mounted from a user namespace inside most containers), and then every capability is dropped from
   the bounding, permitted, effective, inheritable and ambient sets, except those `keep` names (the
-  profiler keeps CAP_SYS_ADMIN for the GPU's counters). Root's uid stays, its power does not: no
-  reading another user's files, no raw devices or kernel memory, no modules. As any other user, a
+  profiler keeps CAP_SYS_ADMIN where the driver restricts the GPU's counters to it). Root's uid
+  stays, its power does not: no reading another user's files, no raw devices or kernel memory, no
+  modules. As any other user, a
   user namespace that maps the ids to themselves comes first, and the capabilities it grants inside
   are dropped the same way.
 
@@ -63,7 +64,7 @@ PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 # SECBIT_NOROOT, SECBIT_NO_SETUID_FIXUP, SECBIT_KEEP_CAPS (off), each with its lock bit.
 SECUREBITS_LOCKED = 0b1 | 0b10 | 0b100 | 0b1000 | 0b100000
 CAPABILITY_VERSION_3 = 0x20080522
-CAPABILITIES = {"SYS_ADMIN": 21, "SYS_PTRACE": 19, "PERFMON": 38}
+CAPABILITIES = {"SYS_ADMIN": 21}  # the ones a caller may keep
 # Entries of a fresh /proc that only privileged readers should see; hidden from a root candidate too.
 PROC_MASKED = ("kcore", "keys", "timer_list", "sched_debug", "kallsyms", "kpagecount", "kpageflags")
 

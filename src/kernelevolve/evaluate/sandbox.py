@@ -74,7 +74,10 @@ def scrub_env(env: dict[str, str], workdir: Path) -> dict[str, str]:
 # Read-only beneath these (where they exist): the system's programs, libraries, headers and compilers
 # (/usr holds /usr/local/cuda and the GCC toolchain), and the kernel's views a runtime reads (/sys for
 # devices and CPUs; /proc, private where a PID namespace was had).
-SYSTEM_READS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/sys", "/proc", "/opt/rocm")
+SYSTEM_READS = (
+    "/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/sys", "/proc",
+    "/opt/rocm", "/opt/nvidia",  # ROCm; NVIDIA's tools (Nsight Compute lives in /opt/nvidia)
+)  # fmt: skip
 # Of /etc, what the loader, the C library and the drivers read; never all of it (/etc/shadow, keys).
 ETC_READS = (
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group", "localtime",
@@ -93,6 +96,10 @@ TOOLKIT_VARS = (
     "TRITON_PTXAS_PATH",
     "TRITON_LIBCUDA_PATH",
 )
+# Compilers and profilers, by name or as $CC-style variables name them: each one's install prefix
+# becomes readable (a GCC in /opt/gcc reads its own headers from /opt/gcc/lib/gcc/...).
+COMPILERS = ("cc", "c++", "gcc", "g++", "clang", "clang++", "nvcc", "ncu", "hipcc")
+COMPILER_VARS = ("CC", "CXX", "NVCC", "CUDAHOSTCXX", "NVCC_CCBIN", "HIPCC")
 
 
 def device_nodes() -> list[Path]:
@@ -121,16 +128,18 @@ def readable_paths(extra: list[Path], protect: list[Path]) -> tuple[list[Path], 
 
     protected = [p.resolve() for p in protect if str(p) not in ("", "/")]
     found: list[Path] = [Path(p) for p in SYSTEM_READS] + [Path("/etc") / name for name in ETC_READS]
+    found.append(Path(f"/etc/python{sys.version_info.major}.{sys.version_info.minor}"))  # sitecustomize
     found += device_nodes()
     python = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
     python += [os.path.dirname(os.path.realpath(sys.executable)), *sys.path]
     tools = [os.environ.get(v, "") for v in TOOLKIT_VARS]
     for var in ("PATH", "LD_LIBRARY_PATH"):
         tools += os.environ.get(var, "").split(os.pathsep)
-    for exe in ("nvcc", "ncu", "hipcc", "cc", "c++"):
+    named = [os.environ.get(v, "").split(" ")[0] for v in COMPILER_VARS]
+    for exe in [*COMPILERS, *filter(None, named)]:
         where = shutil.which(exe)
-        if where:
-            tools.append(str(Path(where).resolve().parent.parent))  # the toolkit: bin/.., include, lib
+        if where:  # the toolkit's folder (bin/.., with its include and lib), as found and as resolved
+            tools += [str(Path(where).parent.parent), str(Path(where).resolve().parent.parent)]
     notes = []
     for text in [*python, *tools]:
         if not text or not os.path.isabs(text):
@@ -181,6 +190,16 @@ def sandbox_argv(workdir: Path, settings: Any, reads: list[Path]) -> list[str]:
     return argv
 
 
+def profiler_capabilities() -> tuple[str, ...]:
+    """What the profiler's process keeps as root: CAP_SYS_ADMIN where the NVIDIA driver lets only
+    administrators read the GPU's counters (`RmProfilingAdminOnly: 1`), nothing elsewhere."""
+    try:
+        params = Path("/proc/driver/nvidia/params").read_text()
+    except OSError:
+        return ()
+    return ("SYS_ADMIN",) if re.search(r"RmProfilingAdminOnly:\s*1", params) else ()
+
+
 def confine(
     workdir: Path | None,
     network: bool = True,
@@ -195,7 +214,8 @@ def confine(
     Landlock. Reads only beneath `readable_paths`, writes only beneath `workdir`, the lease directory
     and `device_nodes`, no TCP, no abstract Unix sockets or signals outside. For the profiler's
     process (`profiler`): its loopback up and TCP on it (Nsight Compute talks to its target over
-    it), root's CAP_SYS_ADMIN kept (the GPU's counters need it), and /proc writable (ncu starts the
+    it), root's CAP_SYS_ADMIN kept where the driver requires it for the GPU's counters
+    (`profiler_capabilities`), and /proc writable (ncu starts the
     profiled program, whose entries cannot be named in advance). Returns notes about layers that are
     off or that the OS refused."""
     from kernelevolve.evaluate import landlock, namespaces
@@ -209,10 +229,14 @@ def confine(
             "process isolation is off (sandbox_processes = false): native code can see other processes "
             "of this user (their /proc entries, environment and memory) and share /dev/shm"
         )
-    entered = namespaces.enter(
-        network, processes, loopback=profiler, keep=("SYS_ADMIN", "PERFMON") if profiler else ()
-    )
+    keep = profiler_capabilities() if profiler and os.geteuid() == 0 else ()
+    entered = namespaces.enter(network, processes, loopback=profiler, keep=keep)
     notes += entered.notes
+    if keep and entered.capabilities_dropped:
+        notes.append(
+            "the profiler's process keeps CAP_SYS_ADMIN (this NVIDIA driver lets only administrators read "
+            "the GPU's counters): native code profiled by ncu as root keeps it too; see SECURITY.md"
+        )
     if not filesystem:
         notes.append(
             "file-system confinement is off (sandbox_filesystem = false): native code can read and write "

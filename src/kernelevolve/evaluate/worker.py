@@ -17,7 +17,7 @@ A watcher thread ends the worker and its process group the moment the engine's e
 pipe closes (the engine killed or crashed), so no orphan outlives the run that started it.
 
 A worker never evaluates a second candidate: whatever the first did to the process dies with it.
-Threat model: see `sandbox.py` (network, writes, process limits), `guards.py` and `runtime.py` (what a
+Threat model: see `sandbox.py` (namespaces, reads and writes, process limits), `guards.py` and `runtime.py` (what a
 candidate may do).
 """
 
