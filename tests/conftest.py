@@ -59,6 +59,7 @@ def harness_settings(tmp: Path, platform: str = "cpu", **overrides: object) -> S
         min_trials=10,
         max_trials=40,
         warmup_trials=2,
+        warmup_s=0.0,  # the platform's warm-up seconds are for fidelity, not for these tests
         compile_timeout_s=90,
         run_timeout_s=60,
         memory_limit_gb=6 if platform == "cpu" else 16,

@@ -37,7 +37,7 @@ def test_defaults(ws: Path) -> None:
     assert s.workspace == ws
     assert s.platform == "auto"
     assert s.baselines == ["eager", "compile"]
-    assert s.fitness_baseline == "compile"
+    assert s.fitness_baseline == "best"  # each shape's faster baseline
     assert s.timing_budget_s == 1.0
     assert s.seeds == 3
     assert s.gpu_memory_fraction is None
@@ -54,7 +54,7 @@ def test_toml_overrides_defaults(ws: Path) -> None:
     assert s.timing_budget_s == 2.5
     assert s.platform == "cpu"
     assert s.baselines == ["eager"]
-    assert s.fitness_baseline == "eager"  # compile is not measured, so it cannot be the baseline
+    assert s.fitness_baseline == "eager"  # the faster of what is measured: eager alone here
     assert s.seeds == 5
     assert s.gpu_memory_fraction == 0.4
     assert s.max_trials == Settings().max_trials  # untouched fields keep their defaults
@@ -175,7 +175,9 @@ def test_validate_enforces_at_least_three_seeds(ws: Path) -> None:
 def test_validate_always_measures_eager() -> None:
     s = Settings(baselines=["compile"]).validate()
     assert s.baselines == ["eager", "compile"]
-    assert s.fitness_baseline == "compile"
+    assert s.fitness_baseline == "best"
+    s = Settings(baselines=["eager"], fitness_baseline="compile").validate()
+    assert s.fitness_baseline == "eager"  # compile is not measured, so it cannot be the baseline
 
 
 def test_validate_clamps_counts() -> None:

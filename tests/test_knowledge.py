@@ -479,8 +479,8 @@ def test_warm_seeds_prefer_the_same_spec_then_the_same_pattern(tmp_path: Path) -
         node = ws.create_node(run, None, None, "draft")
         ws.propose_node(run, node, source=source)
         verdict = {"status": "ok", "fitness": fitness, "speedup_vs_eager": fitness, "shapes": []}
-        ws.finish_node(run, node, ws.record_evaluation({**verdict, "spec_fingerprint": fp, "platform": "cuda",
-                                                         "device": "d", "method": {}}), verdict, 1.0)  # fmt: skip
+        ws.finish_node(run, node, {**verdict, "spec_fingerprint": fp, "platform": "cuda", "device": "d", "method": {}},
+                       1.0)  # fmt: skip
         ws.update_run(
             run, status="done", summary={"best_node": node, "final_status": "ok", "best_fitness": fitness}
         )

@@ -160,11 +160,13 @@ def test_node_lifecycle_and_costs_counted_once(ws_with_run: tuple[Workspace, str
     ws.propose_node(run_id, b, source=None, error="no code in the answer", status="synth_error", tokens_in=3)
     run = ws.run(run_id[:4])
     assert (run["tokens_in"], run["tokens_out"], run["cost_usd"]) == (13, 5, 0.5)
-    eid = ws.record_evaluation({"status": "ok", "spec_fingerprint": "fp", "candidate_hash": ws.nodes(run_id)[0]["candidate_hash"],
-                                "fitness": 1.5, "speedup_vs_eager": 2.0})  # fmt: skip
-    ws.finish_node(run_id, a, eid, {"status": "ok", "fitness": 1.5, "speedup_vs_eager": 2.0}, 1.2)
-    with pytest.raises(WorkspaceError):
-        ws.finish_node(run_id, a, eid, {"status": "ok"}, 1.0)
+    verdict = {"status": "ok", "spec_fingerprint": "fp", "candidate_hash": ws.nodes(run_id)[0]["candidate_hash"],
+               "fitness": 1.5, "speedup_vs_eager": 2.0}  # fmt: skip
+    eid = ws.finish_node(run_id, a, verdict, 1.2)
+    assert [e["id"] for e in ws.evaluations()] == [eid]
+    with pytest.raises(WorkspaceError):  # evaluated once: a second verdict is refused, and not recorded
+        ws.finish_node(run_id, a, {**verdict, "status": "incorrect"}, 1.0)
+    assert [e["id"] for e in ws.evaluations()] == [eid]
     nodes = ws.nodes(run_id, text=True)
     assert [(n["id"], n["state"]) for n in nodes] == [(1, "evaluated"), (2, "failed")]
     assert (

@@ -100,7 +100,10 @@ def eval_cmd(
     platform: PlatformOpt = None,
     device: DeviceOpt = None,
     baseline: Annotated[
-        str | None, typer.Option(help="Baseline fitness is measured against: compile | eager.")
+        str | None,
+        typer.Option(
+            help="Baseline fitness is measured against: best (the faster per shape) | eager | compile."
+        ),
     ] = None,
     no_compile: Annotated[
         bool, typer.Option("--no-compile", help="Skip the torch.compile baseline (eager only).")

@@ -126,7 +126,7 @@ def bench(
     llm: Annotated[str | None, typer.Option(help="PROVIDER:MODEL; default: the offline tuner.")] = None,
     base_url: Annotated[str | None, typer.Option(help="An OpenAI-compatible server.")] = None,
     baseline: Annotated[
-        str | None, typer.Option(help="Fitness baseline of the searches: compile | eager.")
+        str | None, typer.Option(help="Fitness baseline of the searches: best (default) | eager | compile.")
     ] = None,
     track: Annotated[
         str, typer.Option(help="Precision track: strict (fp32) | tf32 (TF32 allowed).")

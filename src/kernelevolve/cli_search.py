@@ -97,14 +97,20 @@ def _interrupted(run_id: str | None) -> typer.Exit:
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    b = summary.get("baseline", "compile")
+    b = summary.get("baseline", "best")
     if summary.get("best_node") is None:
         out.print(
             f"[red]run {summary['run_id']}: no correct kernel found[/] ({escape(summary['stop_reason'])})"
         )
     else:
+        against = (
+            f"{_fmt_x(summary.get('best_speedup_vs_best'))} vs {summary.get('best_baseline') or 'the best baseline'} "
+            "(the faster baseline), "
+            if summary.get("best_speedup_vs_best") is not None
+            else ""
+        )
         out.print(
-            f"[bold]run {summary['run_id']}[/]: best node {summary['best_node']}, "
+            f"[bold]run {summary['run_id']}[/]: best node {summary['best_node']}, {against}"
             f"{_fmt_x(summary.get('best_speedup_vs_eager'))} vs eager, "
             f"{_fmt_x(summary.get('best_speedup_vs_compile'))} vs compile (re-measured; fitness vs {b})"
         )
@@ -123,16 +129,20 @@ def _print_summary(summary: dict[str, Any]) -> None:
             "compile",
             "vs eager",
             "vs compile",
+            "vs best",
             "roofline",
             "export",
         ):
             t.add_column(col)
         for s in summary["shapes"]:
+            best = s.get("speedup_vs_best")
             t.add_row(
                 s["shape"], f"{s['weight']:.2f}", "yes" if s["correct"] else "no", _us(s["time_us"]),
                 _us(s["eager_us"]), _us(s["compile_us"]), _fmt_x(s["speedup_vs_eager"]),
                 _fmt_x(s["speedup_vs_compile"]),
-                "-" if s["roofline_fraction"] is None else f"{s['roofline_fraction']:.0%}", s["dispatch"],
+                "-" if best is None else f"{_fmt_x(best)} ({s.get('best_baseline')})",
+                "-" if s["roofline_fraction"] is None else f"{s['roofline_fraction']:.0%}",
+                s["dispatch"] if s["dispatch"] == "reference" else f"node {s['node']}",
             )  # fmt: skip
         out.print(t)
     for flag in summary.get("flags") or []:
@@ -222,7 +232,12 @@ def optimize(
         str | None,
         typer.Option(help="Devices to spread candidates over: 0,1,2,3 or auto (every visible one)."),
     ] = None,
-    baseline: Annotated[str | None, typer.Option(help="Fitness baseline: compile | eager.")] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="Fitness baseline: best (each shape's faster of eager and torch.compile, the default) | eager | compile."
+        ),
+    ] = None,
     workers: Annotated[
         int | None, typer.Option(help="Candidates evaluated at once, over all devices (0: auto, 2 per GPU).")
     ] = None,

@@ -27,6 +27,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from kernelevolve.evaluate.verdict import best_baseline_label
 from kernelevolve.store import Workspace
 
 REWARD_CAP = 1 + math.log2(10)
@@ -67,6 +68,8 @@ def trajectories(ws: Workspace, run_ids: Iterable[str]) -> Iterator[dict[str, An
                 "actions": n.get("actions") or [], "source": n.get("source"), "status": n["status"],
                 "correct": bool(verdict.get("correct")), "fitness": n["fitness"],
                 "speedup_vs_eager": n["speedup_vs_eager"], "speedup_vs_compile": n["speedup_vs_compile"],
+                "speedup_vs_best": verdict.get("speedup_vs_best"),
+                "best_baseline": best_baseline_label(s.get("best_baseline") for s in verdict.get("shapes", [])),
                 "reward": reward(n["status"], n["fitness"]) if n["state"] == "evaluated" else 0.0,
                 "message": (n.get("message") or "")[:2000], "diagnosis": n.get("diagnosis"),
                 "analysis": n.get("analysis") or "", "tokens_in": n["tokens_in"], "tokens_out": n["tokens_out"],
@@ -91,6 +94,7 @@ def winners(ws: Workspace, run_ids: Iterable[str]) -> Iterator[dict[str, Any]]:
             "kernel": best["source"], "node": best["id"], "kind": (best.get("verdict") or {}).get("candidate_kind"),
             "speedup_vs_eager": summary.get("best_speedup_vs_eager"),
             "speedup_vs_compile": summary.get("best_speedup_vs_compile"),
+            "speedup_vs_best": summary.get("best_speedup_vs_best"), "best_baseline": summary.get("best_baseline"),
             "precision": method.get("precision_policy"), "timer": method.get("timer"),
             "shapes": summary["shapes"], "flags": summary.get("flags") or [],
         }  # fmt: skip

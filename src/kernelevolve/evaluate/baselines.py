@@ -39,7 +39,9 @@ def time_baselines(state: Prepared, msg: dict[str, Any], chan: Channel) -> list[
     from kernelevolve.evaluate.lease import DeviceLease
 
     allow_graphs = state.device.type == "cuda" and not state.spec.backward
-    plan = TimingPlan.from_settings(state.settings, allow_graphs, checked=False)
+    plan = TimingPlan.from_settings(
+        state.settings, allow_graphs, checked=False, warmup_s=state.platform.warmup_s
+    )
     chan.send("phase", phase="lease")
     out = []
     with DeviceLease(state.lease_key):

@@ -40,7 +40,13 @@ from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.runtime import Integrity, OpRecorder, new_threads, python_threads
 from kernelevolve.evaluate.sandbox import descendants
 from kernelevolve.evaluate.timing import Callee, ShapeTiming, TimingPlan, time_shape
-from kernelevolve.evaluate.verdict import Method, ShapeResult, Status, Verdict, Violation, weighted_speedup
+from kernelevolve.evaluate.verdict import (
+    Method,
+    ShapeResult,
+    Status,
+    Verdict,
+    Violation,
+)
 from kernelevolve.evaluate.worker import Prepared, ShapeState, forward_backward, trainable_inputs
 from kernelevolve.profile.roofline import flop_class, roofline
 
@@ -421,7 +427,7 @@ class _Evaluation:
 
     def timing(self) -> None:
         allow_graphs = self.state.device.type == "cuda" and not self.spec.backward
-        plan = TimingPlan.from_settings(self.settings, allow_graphs)
+        plan = TimingPlan.from_settings(self.settings, allow_graphs, warmup_s=self.state.platform.warmup_s)
         if self.msg.get("timing_budget_s"):  # a quick run: a shorter look, same method
             plan = dataclasses.replace(plan, budget_s=float(self.msg["timing_budget_s"]))
         m = self.verdict.method
@@ -441,10 +447,7 @@ class _Evaluation:
             result.candidate = timing.stats["candidate"]
             result.eager = timing.stats.get("eager")
             result.compile = timing.stats.get("compile")
-            if result.eager:
-                result.speedup_vs_eager = result.eager.median_s / result.candidate.median_s
-            if result.compile:
-                result.speedup_vs_compile = result.compile.median_s / result.candidate.median_s
+            result.speedups(timing.speedup_spread)
             self._check_integrity()
 
     def _time_shape(self, st: ShapeState, plan: TimingPlan) -> ShapeTiming:
@@ -466,16 +469,12 @@ class _Evaluation:
     def finish(self) -> None:
         v, settings = self.verdict, self.settings
         v.timed = True
-        v.speedup_vs_eager = weighted_speedup(v.shapes, "eager")
-        v.speedup_vs_compile = weighted_speedup(v.shapes, "compile")
-        # A fitness baseline that failed here falls back to eager, and the message says why; the
-        # pool decides whether that is the spec's failure (every worker) or this worker's (a retry).
-        fallback_reason = self.state.baseline_errors.get(settings["fitness_baseline"])
-        base = "eager" if fallback_reason else settings["fitness_baseline"]
-        v.method.fitness_baseline = base
-        fitness = v.speedup_vs_compile if base == "compile" else v.speedup_vs_eager
-        v.fitness = fitness or 0.0
-        v.spread = max((s.candidate.spread for s in v.shapes if s.candidate), default=None)
+        # A torch.compile that failed here leaves eager as the best baseline (or, asked for by name, as
+        # the fitness baseline), and the message says why; the pool decides whether that is the spec's
+        # failure (every worker) or this worker's (a retry).
+        wanted = settings["fitness_baseline"]
+        fallback_reason = self.state.baseline_errors.get("compile" if wanted == "best" else wanted)
+        against = v.score("eager" if fallback_reason and wanted == "compile" else wanted)
         profile = self.msg.get("profile")
         flags: list[str] = []
         if profile:
@@ -514,7 +513,7 @@ class _Evaluation:
             v.fitness = 0.0
             v.message = "correct, but the speedup is implausible and needs review: " + "; ".join(flags)
         else:
-            v.message = f"correct; {v.fitness:.2f}x vs {base}" + (
+            v.message = f"correct; {v.fitness:.2f}x vs {against}" + (
                 f" (spread {v.spread:.1%})" if v.spread is not None else ""
             )
         if fallback_reason:

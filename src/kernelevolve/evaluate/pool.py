@@ -336,10 +336,10 @@ class EvaluatorPool:
         if lost:
             # Its fitness fell back to eager (the message already says why), which would not compare
             # with the run's other verdicts: correct and measured, but not ranked.
-            name = verdict.method.fitness_baseline = self.settings.fitness_baseline
+            verdict.method.fitness_baseline = self.settings.fitness_baseline
             verdict.fitness = 0.0
             verdict.message += (
-                f"; not ranked: {name} worked in earlier workers of this run, so a fitness vs eager "
+                "; not ranked: compile worked in earlier workers of this run, so a fitness vs eager alone "
                 "would not compare" + (f" (the same in {retries + 1} fresh workers)" if retries else "")
             )
         elif retries and not verdict.ok:
@@ -371,7 +371,7 @@ class EvaluatorPool:
         """Why a timed verdict's fitness baseline failed in its worker, when it has worked in another
         worker of this run; None otherwise (a spec torch.compile cannot compile falls back to eager
         in every worker, consistently)."""
-        name = self.settings.fitness_baseline
+        name = "compile" if self.settings.fitness_baseline == "best" else self.settings.fitness_baseline
         error = verdict.method.baseline_errors.get(name)
         return error if verdict.timed and error and name in self.baselines_seen else None
 

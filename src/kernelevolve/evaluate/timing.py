@@ -36,10 +36,12 @@ worker for the reference and the comparison.
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -194,6 +196,10 @@ class Callee:
 @dataclass
 class ShapeTiming:
     stats: dict[str, TimeStats] = field(default_factory=dict)
+    # Per baseline, the noise of the candidate's speedup over it: the relative half-range of the
+    # speedups of consecutive blocks of rounds (each the ratio of the two callees' block medians).
+    # Rounds interleave the callees, so a drift of the machine moves both and cancels here.
+    speedup_spread: dict[str, float] = field(default_factory=dict)
     cuda_graphs: bool = False
     checked: int = 0
     violations: list[Violation] = field(default_factory=list)
@@ -201,14 +207,30 @@ class ShapeTiming:
     notes: list[str] = field(default_factory=list)
 
 
+def block_medians(times: list[float], blocks: int = 5) -> list[float]:
+    size = max(1, len(times) // blocks)
+    return [statistics.median(times[i : i + size]) for i in range(0, len(times) - size + 1, size)]
+
+
+def speedup_spread(baseline: list[float], candidate: list[float], blocks: int = 5) -> float:
+    """Relative half-range of the per-block speedups baseline / candidate (rounds in order)."""
+    ratios = [
+        b / c for b, c in zip(block_medians(baseline, blocks), block_medians(candidate, blocks), strict=True)
+    ]
+    if len(ratios) < 2:
+        return 0.0
+    return (max(ratios) - min(ratios)) / (2 * statistics.median(ratios))
+
+
 def summarize(times: list[float], blocks: int = 5) -> TimeStats:
     ordered = sorted(times)
     n = len(ordered)
     med = statistics.median(ordered)
-    size = max(1, n // blocks)
-    block_medians = [statistics.median(times[i : i + size]) for i in range(0, n - size + 1, size)]
+    block_medians_ = block_medians(times, blocks)
     spread = (
-        (max(block_medians) - min(block_medians)) / (2 * med) if med > 0 and len(block_medians) > 1 else 0.0
+        (max(block_medians_) - min(block_medians_)) / (2 * med)
+        if med > 0 and len(block_medians_) > 1
+        else 0.0
     )
     q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive") if n > 1 else (med, med, med)
     return TimeStats(
@@ -232,9 +254,13 @@ class TimingPlan:
     allow_graphs: bool
     seed: int = 0
     graphs: bool | None = None  # pinned by the caller (one method for every candidate of a run)
+    warmup_s: float = 0.0  # warm-up rounds last at least this long (a CPU's clocks and caches settle)
 
     @classmethod
-    def from_settings(cls, settings: dict[str, Any], allow_graphs: bool, checked: bool = True) -> TimingPlan:
+    def from_settings(
+        cls, settings: dict[str, Any], allow_graphs: bool, checked: bool = True, warmup_s: float = 0.0
+    ) -> TimingPlan:
+        """`warmup_s`: the platform's, where the settings leave it unset."""
         return cls(
             budget_s=float(settings["timing_budget_s"]),
             min_trials=int(settings["min_trials"]),
@@ -243,6 +269,7 @@ class TimingPlan:
             graph_threshold_s=float(settings["graph_threshold_us"]) * 1e-6,
             checked_fraction=float(settings["checked_fraction"]) if checked else 0.0,
             allow_graphs=allow_graphs,
+            warmup_s=float(warmup_s if settings.get("warmup_s") is None else settings["warmup_s"]),
         )
 
 
@@ -286,13 +313,20 @@ def time_shape(
     # Warm-up, and a first estimate of each callee's time. At least ESTIMATE_ROUNDS rounds: the graph
     # decision rests on the fastest of them, and the first calls on a device that was idle (clocks
     # ramping up, kernels loaded lazily) measured tens of microseconds for a 7 us eager call on an H100.
+    # Then rounds until `warmup_s` has passed: a CPU that was idle (its clocks low, its threads asleep)
+    # ran a 300 us kernel up to 15% slower in the first second of a process.
     estimates: dict[str, list[float]] = {c.name: [] for c in callees}
-    for w in range(max(ESTIMATE_ROUNDS if plan.allow_graphs else 1, plan.warmup)):
+    warm_until = time.perf_counter() + plan.warmup_s
+    w = 0
+    while (
+        w < max(ESTIMATE_ROUNDS if plan.allow_graphs else 1, plan.warmup) or time.perf_counter() < warm_until
+    ):
         load(plan.seed * 1000 + w)
         for c in callees:
             timer.flush()
             t, _, _, _ = timer.time_call(c.call, snapshot=False)
             estimates[c.name].append(t)
+        w += 1
     if plan.allow_graphs and use_graphs(estimates, candidate.name if candidate else None, plan):
         try:
             for c in callees:
@@ -322,45 +356,65 @@ def time_shape(
 
     times: dict[str, list[float]] = {c.name: [] for c in callees}
     tails: dict[str, list[float]] = {c.name: [] for c in callees}
-    for r in range(rounds):
-        round_seed = plan.seed * 100_000 + r
-        inputs = load(round_seed)
-        check = r in checked_rounds
-        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if check else None
-        order = list(callees)
-        rng.shuffle(order)
-        snap: Outputs | None = None
-        # Every callee's outputs stay alive until the round ends: the allocator must not hand the
-        # candidate a block that still holds a baseline's answer to this very round.
-        keep: list[Outputs] = []
-        for c in order:
-            timer.flush()
-            t, tail, outs, s = timer.time_call(c.call, snapshot=check and c is candidate)
-            keep.append(outs)
-            times[c.name].append(t)
-            tails[c.name].append(tail)
-            if c is candidate:
-                snap = s
-        if check:
-            assert pristine is not None and snap is not None
-            result.checked += 1
-            failure = check_round(pristine, snap)
-            if failure:
-                result.failure = f"timed call {r + 1} of {rounds}: {failure}"
-                break
-        del keep
-        if candidate is not None and r in audit_rounds:
-            # An audit call gets contents of its own: repeating the round's would hand a value cache a hit.
-            copy_into(candidate.buffers, fresh_inputs(round_seed + 7_919_000))
-            result.violations.extend(audit(candidate.buffers))
-            if result.violations:
-                break
+    with _no_gc():
+        for r in range(rounds):
+            round_seed = plan.seed * 100_000 + r
+            inputs = load(round_seed)
+            check = r in checked_rounds
+            pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if check else None
+            order = list(callees)
+            rng.shuffle(order)
+            snap: Outputs | None = None
+            # Every callee's outputs stay alive until the round ends: the allocator must not hand the
+            # candidate a block that still holds a baseline's answer to this very round.
+            keep: list[Outputs] = []
+            for c in order:
+                timer.flush()
+                t, tail, outs, s = timer.time_call(c.call, snapshot=check and c is candidate)
+                keep.append(outs)
+                times[c.name].append(t)
+                tails[c.name].append(tail)
+                if c is candidate:
+                    snap = s
+            if check:
+                assert pristine is not None and snap is not None
+                result.checked += 1
+                failure = check_round(pristine, snap)
+                if failure:
+                    result.failure = f"timed call {r + 1} of {rounds}: {failure}"
+                    break
+            del keep
+            if candidate is not None and r in audit_rounds:
+                # An audit call gets contents of its own: repeating the round's would hand a value cache a hit.
+                copy_into(candidate.buffers, fresh_inputs(round_seed + 7_919_000))
+                result.violations.extend(audit(candidate.buffers))
+                if result.violations:
+                    break
     if result.failure or result.violations:
         return result
     result.stats = {name: summarize(ts) for name, ts in times.items()}
     if candidate is not None:
         _check_tails(result, tails, candidate.name)
+        result.speedup_spread = {
+            name: speedup_spread(ts, times[candidate.name])
+            for name, ts in times.items()
+            if name != candidate.name
+        }
     return result
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """The garbage collector off for the timed rounds (as `timeit` does): a collection inside a timed
+    call is the harness's time, not the callee's. Collected once before."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _check_tails(result: ShapeTiming, tails: dict[str, list[float]], candidate: str) -> None:

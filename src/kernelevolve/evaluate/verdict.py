@@ -7,13 +7,17 @@ records and the CLI prints.
 
 Speedups are time ratios measured in one worker, interleaved with the baselines. The overall speedup
 is shape-weighted by traffic: sum(w * t_baseline) / sum(w * t_candidate), the ratio of the time a
-production mix of shapes would take. Fitness is the overall speedup against the selected baseline,
-0 for anything that is not `ok`.
+production mix of shapes would take. Each shape's best baseline is the faster of eager and
+torch.compile in that very measurement (on a CPU, torch.compile can be twice as slow as eager), and
+`speedup_vs_best` is the candidate's speedup over it. Fitness is the overall speedup against the
+selected baseline (`fitness_baseline`: "best", the default, is each shape's best baseline), 0 for
+anything that is not `ok`; `spread` is the noise of that speedup.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -76,12 +80,33 @@ class ShapeResult:
     compile: TimeStats | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
+    best_baseline: str | None = None  # the faster baseline at this shape, in this measurement
+    speedup_vs_best: float | None = None
+    speedup_spread: float | None = None  # noise of speedup_vs_best (half-range over blocks)
+    speedup_spreads: dict[str, float] = field(default_factory=dict)  # per baseline
     cuda_graphs: bool = False
     bytes: int | None = None
     flops: int | None = None
     roofline_s: float | None = None
     roofline_fraction: float | None = None
     bound: str | None = None  # "memory" | "compute" | "launch"
+
+    def speedups(self, spreads: dict[str, float]) -> None:
+        """The candidate's speedups at this shape from its and the baselines' times, and the best
+        baseline: the faster of the two in this very measurement. `spreads`: per baseline, the noise
+        of the speedup over it (`timing.ShapeTiming.speedup_spread`)."""
+        if self.candidate is None:
+            return
+        self.speedup_spreads = dict(spreads)
+        if self.eager:
+            self.speedup_vs_eager = self.eager.median_s / self.candidate.median_s
+        if self.compile:
+            self.speedup_vs_compile = self.compile.median_s / self.candidate.median_s
+        measured = [(n, t) for n, t in (("eager", self.eager), ("compile", self.compile)) if t]
+        if measured:
+            self.best_baseline, best = min(measured, key=lambda nt: nt[1].median_s)
+            self.speedup_vs_best = best.median_s / self.candidate.median_s
+            self.speedup_spread = spreads.get(self.best_baseline)
 
 
 @dataclass
@@ -102,7 +127,7 @@ class Method:
     warmup: int = 0
     baselines: list[str] = field(default_factory=list)
     baseline_errors: dict[str, str] = field(default_factory=dict)
-    fitness_baseline: str = "compile"
+    fitness_baseline: str = "best"  # "best" (each shape's faster baseline) | "eager" | "compile"
     precision_policy: str = "strict_fp32"
     tolerance: dict[str, float] = field(default_factory=dict)
     seeds: int = 0
@@ -126,6 +151,7 @@ class Verdict:
     shapes: list[ShapeResult] = field(default_factory=list)
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
+    speedup_vs_best: float | None = None
     fitness: float = 0.0
     spread: float | None = None
     roofline_fraction: float | None = None
@@ -138,6 +164,25 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.status == Status.OK
+
+    def score(self, base: str) -> str:
+        """Overall speedups, and fitness against `base` ("best": each shape's best baseline; "eager";
+        "compile"), with `spread` the noise of that speedup: its own spread over blocks of rounds,
+        in which a drift of the machine moves candidate and baseline together and cancels. Returns
+        what fitness is against, in words, for messages."""
+        self.speedup_vs_eager = weighted_speedup(self.shapes, "eager")
+        self.speedup_vs_compile = weighted_speedup(self.shapes, "compile")
+        self.speedup_vs_best = weighted_speedup(self.shapes, "best")
+        self.method.fitness_baseline = base
+        fitness = {"best": self.speedup_vs_best, "compile": self.speedup_vs_compile}.get(
+            base, self.speedup_vs_eager
+        )
+        self.fitness = fitness or 0.0
+        spreads = [s.speedup_spread if base == "best" else s.speedup_spreads.get(base) for s in self.shapes]
+        self.spread = max((x for x in spreads if x is not None), default=None)
+        if base != "best":
+            return base
+        return f"{best_baseline_label(s.best_baseline for s in self.shapes)} (the faster baseline)"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -164,11 +209,20 @@ def _shape_from_dict(data: dict[str, Any]) -> ShapeResult:
     return ShapeResult(**data)
 
 
+def best_baseline_label(names: Iterable[str | None]) -> str | None:
+    """What the best baseline was, from each shape's: one baseline's name where it was every shape's,
+    "the faster baseline per shape" where they differ, None where no shape was timed."""
+    found = {n for n in names if n}
+    return found.pop() if len(found) == 1 else "the faster baseline per shape" if found else None
+
+
 def weighted_speedup(shapes: list[ShapeResult], baseline: str) -> float | None:
-    """sum(w * t_baseline) / sum(w * t_candidate) over the shapes that have both times."""
+    """sum(w * t_baseline) / sum(w * t_candidate) over the shapes that have both times; `baseline`
+    "best" takes each shape's best baseline."""
     num = den = 0.0
     for s in shapes:
-        base = getattr(s, baseline)
+        name = s.best_baseline if baseline == "best" else baseline
+        base = getattr(s, name) if name in ("eager", "compile") else None
         if s.candidate is None or base is None:
             return None
         num += s.weight * base.median_s

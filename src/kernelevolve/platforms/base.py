@@ -56,6 +56,9 @@ class Platform(ABC):
     # True where any concurrent work disturbs timings (the CPU): workers then hold the device lease
     # while preparing and compiling too, not only while checking and timing.
     exclusive: bool = False
+    # Seconds of warm-up rounds per shape before timing, where `warmup_s` is not set: a CPU that was
+    # idle runs the first second of a process slower; a GPU's first rounds (ESTIMATE_ROUNDS) suffice.
+    warmup_s: float = 0.0
 
     # -- engine side (cheap, no device initialization) ---------------------------------------------
 

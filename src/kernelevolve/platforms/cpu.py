@@ -26,6 +26,7 @@ class CpuPlatform(Platform):
         "triton (interpreter: correctness only)",
     ]
     exclusive = True
+    warmup_s = 0.25
 
     def present(self) -> tuple[bool, str]:
         try:
@@ -35,7 +36,16 @@ class CpuPlatform(Platform):
         return True, ""
 
     def worker_env(self) -> dict[str, str]:
-        return {"TRITON_INTERPRET": "1"}
+        # glibc's malloc by default hands large blocks (an output of a few MiB) back to the kernel when
+        # they are freed and maps them again, page fault by page fault, at the next call; whether it
+        # does depends on the heap's history, so one process timed a 300 us kernel at 750 us and the
+        # next at 300. Fixed thresholds keep the heap's pages for the worker's short life: every callee
+        # (eager, compiled, the candidate) allocates the way a long-running process does.
+        return {
+            "TRITON_INTERPRET": "1",
+            "MALLOC_MMAP_THRESHOLD_": str(2**30),
+            "MALLOC_TRIM_THRESHOLD_": str(2**34),
+        }
 
     def untimed_reason(self, kind: str) -> str:
         return (

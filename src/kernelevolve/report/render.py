@@ -56,6 +56,7 @@ SHAPE_COLUMNS = (
     "compile",
     "vs eager",
     "vs compile",
+    "vs best",
     "roofline",
     "bound",
 )
@@ -164,7 +165,7 @@ def gather(run: dict[str, Any], nodes: Sequence[dict[str, Any]]) -> Facts:
     if not final:
         final_from = "no verdict recorded"
     method = _dict(run.get("method")) or _dict(final.get("method"))
-    baseline = str(run.get("baseline") or method.get("fitness_baseline") or "compile")
+    baseline = str(run.get("baseline") or method.get("fitness_baseline") or "best")
     curve = _curve(nodes)
     return Facts(
         title=f"kernelevolve run {run.get('run_id') or '-'}: {run.get('spec_name') or '-'}",
@@ -224,6 +225,7 @@ def _headline(best: dict[str, Any] | None, final: dict[str, Any], baseline: str)
         ("best node", f"{best.get('id')} ({best.get('mode') or '-'})"),
         ("status", str(final.get("status") or node_status(best))),
         (f"fitness (vs {baseline})", fmt_x(final.get("fitness", best.get("fitness")))),
+        ("speedup vs the best baseline", fmt_x(final.get("speedup_vs_best", best.get("speedup_vs_best")))),
         ("speedup vs eager", fmt_x(final.get("speedup_vs_eager", best.get("speedup_vs_eager")))),
         ("speedup vs compile", fmt_x(final.get("speedup_vs_compile", best.get("speedup_vs_compile")))),
         ("roofline fraction", fmt_pct(final.get("roofline_fraction"))),
@@ -241,6 +243,7 @@ def _shape_row(s: dict[str, Any]) -> list[str]:
         fmt_time(_median(s.get("compile"))),
         fmt_x(s.get("speedup_vs_eager")),
         fmt_x(s.get("speedup_vs_compile")),
+        f"{fmt_x(s.get('speedup_vs_best'))} ({s['best_baseline']})" if s.get("best_baseline") else "-",
         fmt_pct(s.get("roofline_fraction")),
         str(s.get("bound") or "-"),
     ]
@@ -465,7 +468,7 @@ def render_html(f: Facts, curve: str, tree: str) -> str:
         "<h2>Best candidate</h2>",
         _html_kv(f.headline),
         f'<h3>Per shape <span class="muted">({esc(f.final_from)})</span></h3>',
-        _html_table(SHAPE_COLUMNS, f.shape_rows, {1, 3, 4, 5, 6, 7, 8})
+        _html_table(SHAPE_COLUMNS, f.shape_rows, {1, 3, 4, 5, 6, 7, 8, 9})
         if f.shape_rows
         else '<p class="muted">No per-shape results.</p>',
         "<h2>Best so far</h2>",

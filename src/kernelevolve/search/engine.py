@@ -41,7 +41,7 @@ from kernelevolve.config import Settings
 from kernelevolve.errors import KernelevolveError, WorkspaceError
 from kernelevolve.evaluate.executors import Evaluator, Request, open_evaluator
 from kernelevolve.evaluate.guards import check_source
-from kernelevolve.evaluate.verdict import Verdict
+from kernelevolve.evaluate.verdict import Verdict, best_baseline_label
 from kernelevolve.knowledge.index import KnowledgeBase
 from kernelevolve.platforms import Platform
 from kernelevolve.profile.diagnosis import diagnose, reference_analysis
@@ -368,8 +368,7 @@ class Engine:
         verdict = self.pool.evaluate_one(node.source, f"node-{node_id}.py", shapes=self.ctx.shapes)
         eval_s = time.perf_counter() - start
         data = verdict.to_dict()
-        evaluation_id = self.ws.record_evaluation(data)
-        self.ws.finish_node(self.run_id, node_id, evaluation_id, data, eval_s, diagnose(data))
+        self.ws.finish_node(self.run_id, node_id, data, eval_s, diagnose(data))
         with self._lock:
             best = self.tree().best(self.search.min_gain)
             improved = best is not None and best.id != self._best
@@ -445,7 +444,7 @@ class Engine:
         best = tree.best(self.search.min_gain)
         baseline = self.ctx.settings.fitness_baseline
         finals: dict[int, Verdict] = {}
-        winners = self._shape_winners(tree)
+        winners = self._shape_winners(tree, best)
         to_measure = ([best.id] if best else []) + [
             n for n in dict.fromkeys(winners.values()) if not best or n != best.id
         ]
@@ -520,18 +519,24 @@ class Engine:
             )
             return []
 
-    # The export falls back to the reference run eagerly, so per-shape choices are made against eager,
-    # whatever the run's fitness baseline.
-
-    def _shape_winners(self, tree: Tree) -> dict[str, int]:
-        """Per shape, the ok node fastest at that shape against eager."""
-        winners: dict[str, tuple[float, int]] = {}
-        for n in tree.ok():
+    def _shape_winners(self, tree: Tree, best: Any) -> dict[str, int]:
+        """Per shape, the node the export considers there: the run's best, unless another ok node is
+        faster at that shape beyond the noise (by its speedup over the best baseline, as fitness
+        ranks). One choice, so that a one-shape spec's export, summary and best node agree."""
+        winners: dict[str, tuple[float, float, int]] = {}  # shape -> (speedup, spread, node)
+        nodes = [best] if best is not None else []
+        nodes += [n for n in tree.ok() if best is None or n.id != best.id]
+        for n in nodes:
             for s in (n.verdict or {}).get("shapes", []):
-                sp = s.get("speedup_vs_eager")
-                if sp is not None and sp > winners.get(s["name"], (0.0, 0))[0]:
-                    winners[s["name"]] = (sp, n.id)
-        return {name: node for name, (_, node) in winners.items()}
+                sp = s.get("speedup_vs_best") or s.get("speedup_vs_eager")
+                if sp is None:
+                    continue
+                spread = float(s.get("speedup_spread") or 0.0)
+                held = winners.get(s["name"])
+                noise = max(spread, held[1] if held else 0.0, self.search.min_gain)
+                if held is None or sp > held[0] * (1 + noise):
+                    winners[s["name"]] = (sp, spread, n.id)
+        return {name: node for name, (_, _, node) in winners.items()}
 
     def _summary(
         self, tree: Tree, best: Any, final: Verdict | None, reason: str, best_path: Path | None,
@@ -540,16 +545,18 @@ class Engine:
         run = self.ws.run(self.run_id)
         evaluated = tree.evaluated()
         measured = final if final is not None and final.ok else None
+        # Per shape, what the export runs there and the re-measurement it was chosen on: the dispatch's
+        # kernel (or the reference, where no kernel beat eager beyond the noise) with its figures.
         shapes = []
-        for s in measured.shapes if measured else []:
+        for name, entry in dispatch.items():
+            if entry.get("candidate_node") is None:
+                continue
             shapes.append({
-                "shape": s.name, "weight": s.weight, "correct": s.correct,
-                "time_us": s.candidate.median_s * 1e6 if s.candidate else None,
-                "eager_us": s.eager.median_s * 1e6 if s.eager else None,
-                "compile_us": s.compile.median_s * 1e6 if s.compile else None,
-                "speedup_vs_eager": s.speedup_vs_eager, "speedup_vs_compile": s.speedup_vs_compile,
-                "roofline_fraction": s.roofline_fraction, "bound": s.bound,
-                "dispatch": "kernel" if dispatch.get(s.name, {}).get("node") else "reference",
+                "shape": name, "node": entry.get("node"), "candidate_node": entry["candidate_node"],
+                **{k: entry.get(k) for k in ("weight", "correct", "time_us", "eager_us", "compile_us",
+                                             "best_baseline", "speedup_vs_best", "speedup_vs_eager",
+                                             "speedup_vs_compile", "roofline_fraction", "bound")},
+                "dispatch": "kernel" if entry.get("node") else "reference",
             })  # fmt: skip
         shown = measured or final
         method = shown.method if shown is not None else None
@@ -574,6 +581,10 @@ class Engine:
             "best_fitness": measured.fitness if measured else None,
             "best_speedup_vs_eager": measured.speedup_vs_eager if measured else None,
             "best_speedup_vs_compile": measured.speedup_vs_compile if measured else None,
+            "best_speedup_vs_best": measured.speedup_vs_best if measured else None,
+            "best_baseline": best_baseline_label(s.best_baseline for s in measured.shapes)
+            if measured
+            else None,
             "best_search_fitness": best.fitness if best else None,
             "final_status": str(final.status) if final is not None else None,
             "final_message": final.message if final is not None and not final.ok else None,

@@ -78,6 +78,8 @@ def describe_verdict(v: dict[str, Any]) -> str:
             parts.append(f"max abs err {s['max_abs_err']:.3g}, max rel err {s.get('max_rel_err') or 0:.3g}")
         if s.get("candidate"):
             parts.append(f"{s['candidate']['median_s'] * 1e6:.1f} us")
+        if s.get("speedup_vs_best") is not None:  # what fitness ranks by, first
+            parts.append(f"{s['speedup_vs_best']:.2f}x vs {s.get('best_baseline')} (the faster baseline)")
         for b in ("eager", "compile"):
             if s.get(f"speedup_vs_{b}") is not None:
                 parts.append(f"{s[f'speedup_vs_{b}']:.2f}x vs {b}")
@@ -118,8 +120,10 @@ class RunLock:
 def dispatch_table(
     shapes: list[str], winners: dict[str, int], finals: dict[int, Verdict], min_gain: float
 ) -> dict[str, dict[str, Any]]:
-    """Per shape: the re-measured winner where it beats eager beyond the noise, else the
-    reference. Each entry: node (or None), speedups, the winner's and the baselines' times (in the
+    """Per shape: the re-measured winner where it beats eager beyond the noise, else the reference
+    (the export falls back to the spec's Model, run eagerly, so this choice is made against eager
+    whatever the run's fitness baseline). Each entry: node (or None), the winner considered, its
+    speedups (vs eager, compile and the best baseline, named), its and the baselines' times (in the
     same measurement), roofline fraction."""
     out: dict[str, dict[str, Any]] = {}
     for shape in shapes:
@@ -133,11 +137,15 @@ def dispatch_table(
             entry = {
                 "node": node_id if sp is not None and sp > 1 + noise else None,
                 "candidate_node": node_id,
+                "weight": s.weight,
+                "correct": s.correct,
                 "time_us": s.candidate.median_s * 1e6,
                 "eager_us": s.eager.median_s * 1e6 if s.eager else None,
                 "compile_us": s.compile.median_s * 1e6 if s.compile else None,
                 "speedup_vs_eager": s.speedup_vs_eager,
                 "speedup_vs_compile": s.speedup_vs_compile,
+                "best_baseline": s.best_baseline,
+                "speedup_vs_best": s.speedup_vs_best,
                 "roofline_fraction": s.roofline_fraction,
                 "bound": s.bound,
                 "noise": noise,

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelevolve.evaluate.verdict import best_baseline_label
 from kernelevolve.synth.base import NodeView
 from kernelevolve.synth.tuner import tunables
 
@@ -74,6 +75,8 @@ class Node:
                 else None,
                 "speedup_vs_eager": s.get("speedup_vs_eager"),
                 "speedup_vs_compile": s.get("speedup_vs_compile"),
+                "best_baseline": s.get("best_baseline"),
+                "speedup_vs_best": s.get("speedup_vs_best"),
                 "roofline_fraction": s.get("roofline_fraction"),
                 "bound": s.get("bound"),
                 "failed_check": s.get("failed_check"),
@@ -85,7 +88,8 @@ class Node:
         return NodeView(
             id=self.id, parent=self.parent, mode=self.mode, source=self.source, status=self.status,
             message=self.message, fitness=self.fitness, speedup_vs_eager=self.speedup_vs_eager,
-            speedup_vs_compile=self.speedup_vs_compile, spread=v.get("spread"),
+            speedup_vs_compile=self.speedup_vs_compile, speedup_vs_best=v.get("speedup_vs_best"),
+            best_baseline=best_baseline_label(s.get("best_baseline") for s in v.get("shapes", [])), spread=v.get("spread"),
             roofline_fraction=v.get("roofline_fraction"), shapes=shapes, diagnosis=self.diagnosis,
             config=self.config, note=self.note, analysis=self.analysis,
         )  # fmt: skip

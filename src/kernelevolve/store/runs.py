@@ -6,7 +6,7 @@ A node's life is three writes, each one transaction:
     propose_node   state `proposed`: the candidate's source (a blob), the synthesizer's prompt,
                    response and actions (blobs), tokens, USD and time; the run's totals grow in the
                    same transaction, so a cost is counted exactly once
-    finish_node    state `evaluated`: the evaluation's id and its headline numbers
+    finish_node    the verdict recorded and the node `evaluated`, in one transaction
     fail_node      state `failed`: the synthesizer produced nothing (its cost still counted)
 
 Node ids are allocated per run inside the write transaction (max + 1), so concurrent expansions of
@@ -50,6 +50,7 @@ class RunsMixin:
 
         def _write(self) -> AbstractContextManager[sqlite3.Connection]: ...
         def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]: ...
+        def _insert_evaluation(self, conn: sqlite3.Connection, verdict: Mapping[str, Any]) -> int: ...
 
     # -- runs -------------------------------------------------------------------------------------
 
@@ -221,13 +222,15 @@ class RunsMixin:
         self,
         run_id: str,
         node_id: int,
-        evaluation_id: int,
         verdict: Mapping[str, Any],
         eval_s: float,
         diagnosis: Mapping[str, Any] | None = None,
-    ) -> None:
-        """The node's evaluation is recorded (`record_evaluation`): the node becomes `evaluated`."""
+    ) -> int:
+        """Record the node's verdict (as `record_evaluation` does) and make the node `evaluated`, in one
+        transaction: a write the disk refuses leaves neither, so a resumed run evaluates the node once
+        more instead of holding an evaluation no node points to. Returns the evaluation's id."""
         with self._write() as conn:
+            evaluation_id = self._insert_evaluation(conn, verdict)
             cur = conn.execute(
                 "UPDATE nodes SET state = 'evaluated', evaluation_id = ?, status = ?, fitness = ?, "
                 "speedup_vs_eager = ?, speedup_vs_compile = ?, message = ?, diagnosis_json = ?, eval_s = ?, "
@@ -239,6 +242,7 @@ class RunsMixin:
             )  # fmt: skip
             if cur.rowcount != 1:
                 raise WorkspaceError(f"node {node_id} of run {run_id} is not awaiting an evaluation")
+        return evaluation_id
 
     def set_node_analysis(self, run_id: str, node_id: int, analysis: str,
                           diagnosis: Mapping[str, Any] | None = None) -> None:  # fmt: skip

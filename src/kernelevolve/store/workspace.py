@@ -203,30 +203,34 @@ class Workspace(RunsMixin, KnowledgeMixin, BenchesMixin):
         `status` is required. An empty spec fingerprint or candidate hash is stored as NULL; a non-empty
         one must have been recorded first (`record_spec`, `record_candidate`).
         """
+        with self._write() as conn:
+            return self._insert_evaluation(conn, verdict)
+
+    def _insert_evaluation(self, conn: sqlite3.Connection, verdict: Mapping[str, Any]) -> int:
+        """`record_evaluation` inside a transaction the caller holds."""
         spec_fp = verdict.get("spec_fingerprint") or None
         cand = verdict.get("candidate_hash") or None
         method = verdict.get("method") or {}
         fitness = verdict.get("fitness")
         try:
-            with self._write() as conn:
-                cursor = conn.execute(
-                    "INSERT INTO evaluations (created_at, spec_fingerprint, candidate_hash, platform, device, "
-                    "status, correct, speedup_vs_eager, speedup_vs_compile, fitness, verdict_json) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        _now(),
-                        spec_fp,
-                        cand,
-                        verdict.get("platform") or None,
-                        method.get("device") or None,
-                        str(verdict["status"]),
-                        int(bool(verdict.get("correct", False))),
-                        verdict.get("speedup_vs_eager"),
-                        verdict.get("speedup_vs_compile"),
-                        None if fitness is None else float(fitness),
-                        _json(dict(verdict)),
-                    ),
-                )
+            cursor = conn.execute(
+                "INSERT INTO evaluations (created_at, spec_fingerprint, candidate_hash, platform, device, "
+                "status, correct, speedup_vs_eager, speedup_vs_compile, fitness, verdict_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    _now(),
+                    spec_fp,
+                    cand,
+                    verdict.get("platform") or None,
+                    method.get("device") or None,
+                    str(verdict["status"]),
+                    int(bool(verdict.get("correct", False))),
+                    verdict.get("speedup_vs_eager"),
+                    verdict.get("speedup_vs_compile"),
+                    None if fitness is None else float(fitness),
+                    _json(dict(verdict)),
+                ),
+            )
         except sqlite3.IntegrityError as e:  # a foreign key: the spec or candidate was never recorded
             raise WorkspaceError(
                 f"the verdict names spec {spec_fp!r} and candidate {cand!r}, not both recorded here",

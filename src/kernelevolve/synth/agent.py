@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.errors import WorkspaceError
+from kernelevolve.evaluate.verdict import best_baseline_label
 from kernelevolve.store import Workspace
 from kernelevolve.synth.base import Proposal, Task, Tools
 
@@ -128,6 +129,8 @@ def submit(
             "correct": verdict.correct,
             "speedup_vs_eager": verdict.speedup_vs_eager,
             "speedup_vs_compile": verdict.speedup_vs_compile,
+            "speedup_vs_best": verdict.speedup_vs_best,
+            "best_baseline": best_baseline_label(s.best_baseline for s in verdict.shapes),
             "fitness": verdict.fitness,
             "text": describe_verdict(verdict.to_dict()),
             "best": engine.best_info(),

@@ -26,8 +26,10 @@ class NodeView:
     """One node of the run's tree as a synthesizer sees it: its kernel and what the harness said.
 
     `message` is the verdict's message (the compile error, the guard rule, the correctness numbers);
-    `shapes` holds per shape: name, correct, candidate time (us), speedup vs eager and vs compile,
-    roofline fraction, bound. `config` is the candidate's declared `CONFIG` (tunables), if any.
+    `shapes` holds per shape: name, correct, candidate time (us), speedup vs eager, vs compile and vs
+    the best baseline (the faster of the two there, named), roofline fraction, bound. `best_baseline`
+    names what `speedup_vs_best` (fitness, by default) is against: "eager", "compile", or a per-shape
+    mix. `config` is the candidate's declared `CONFIG` (tunables), if any.
     """
 
     id: int
@@ -39,6 +41,8 @@ class NodeView:
     fitness: float = 0.0
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
+    speedup_vs_best: float | None = None
+    best_baseline: str | None = None
     spread: float | None = None
     roofline_fraction: float | None = None
     shapes: list[dict[str, Any]] = field(default_factory=list)

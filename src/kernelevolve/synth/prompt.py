@@ -32,6 +32,17 @@ MESSAGE_CHARS = 6000  # a verdict's message (compile log, traceback) is clipped 
 SNIPPET_CHARS = 400  # knowledge snippets are cut to this before any is dropped
 MIN_SOURCE_CHARS = 600
 
+# What native source may hold: the signature reader (kernelevolve.native) and the static guards.
+_NATIVE_RULES = (
+    "The source may use anything the compiler takes: `#include` of system headers (math.h, stdint.h, "
+    "omp.h, immintrin.h, cuda_fp16.h, ...), `#define` and `#if` lines, OpenMP pragmas, static or inline "
+    "helper functions, device functions and templates. What Python calls must be a top-level, non-static, "
+    "non-inline function written out in full (not produced by a macro or a template), returning void or "
+    "a number, whose parameters are pointers (tensors) or int/int64_t/float/double/bool scalars. Refused "
+    "by the harness: threads or processes, running programs, dlopen, the environment, files and sockets, "
+    "streams, graphs and events of your own, vendor libraries (cuBLAS, cuDNN, MKL, OpenBLAS), torch ops."
+)
+
 _KIND_GUIDE = {
     "triton": (
         "Triton: `import triton` and `import triton.language as tl`; `@triton.jit` kernels launched from "
@@ -41,12 +52,12 @@ _KIND_GUIDE = {
         "CUDA C++: `from kernelevolve.native import compile_cuda`; `lib = compile_cuda(SOURCE)` at module "
         'level; expose `extern "C"` host functions whose last parameter is `cudaStream_t stream` and launch '
         "with `<<<grid, block, 0, stream>>>`; call `lib.fn(x, y, n)` (pointers take contiguous tensors, "
-        "scalars take Python numbers, the stream defaults to torch's current stream)."
+        "scalars take Python numbers, the stream defaults to torch's current stream). " + _NATIVE_RULES
     ),
     "c": (
         "C for the CPU: `from kernelevolve.native import compile_c`; `lib = compile_c(SOURCE)` at module "
         "level (built with -O3 -march=native -fopenmp); call `lib.fn(x, y, n)` with contiguous CPU tensors "
-        "of the dtype the C code expects; exported functions are plain C (no macros, templates or inline)."
+        "of the dtype the C code expects. " + _NATIVE_RULES
     ),
     "hip": "HIP C++ for AMD GPUs, built with `torch.utils.cpp_extension.load_inline`.",
 }

@@ -47,7 +47,12 @@ def fmt(x: Any) -> str:
 
 
 def speed_text(n: NodeView) -> str:
+    """Speedups, the one fitness ranks by first: against the best baseline (the faster one)."""
     parts = []
+    if n.speedup_vs_best is not None:
+        parts.append(
+            f"{n.speedup_vs_best:.2f}x vs {n.best_baseline or 'the best baseline'} (the faster baseline)"
+        )
     if n.speedup_vs_eager is not None:
         parts.append(f"{n.speedup_vs_eager:.2f}x vs eager")
     if n.speedup_vs_compile is not None:

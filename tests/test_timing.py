@@ -1,0 +1,95 @@
+"""The timing loop (`evaluate/timing.py`) with a scripted clock: warm-up lasts its seconds, the
+garbage collector is off while rounds are timed, and the noise figure of a speedup cancels a drift of
+the machine that moves candidate and baseline together (issue N: CPU timings that hold still)."""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+import torch
+
+from kernelevolve.evaluate.timing import Callee, TimingPlan, speedup_spread, time_shape
+
+
+class ScriptedTimer:
+    """Reports for each call the time its callee's script gives (no clock is read), optionally
+    drifting upward with the call count, as a machine that slows down would."""
+
+    name, l2, note = "scripted", "none", ""
+
+    def __init__(self, base: dict[str, float], drift: float = 0.0):
+        self.base, self.drift, self.calls = base, drift, 0
+        self.current = ""
+        self.log: list[tuple[float, str, bool]] = []  # (wall clock, callee, gc enabled)
+
+    def flush(self) -> None:
+        pass
+
+    def sync(self) -> None:
+        pass
+
+    def time_call(self, fn: Any, snapshot: bool) -> tuple[float, float, list[Any], list[Any] | None]:
+        outs = fn()
+        self.calls += 1
+        self.log.append((time.perf_counter(), self.current, gc.isenabled()))
+        t = self.base[self.current] * (1 + self.drift * self.calls)
+        return t, 0.0, outs, [o.clone() for o in outs] if snapshot else None
+
+
+def _callees(timer: ScriptedTimer, names: list[str], sleep_s: float = 0.0) -> list[Callee]:
+    def make(name: str) -> Any:
+        def fn(x: torch.Tensor) -> list[torch.Tensor]:
+            timer.current = name
+            if sleep_s:
+                time.sleep(sleep_s)
+            return [x * 1.0]
+
+        return fn
+
+    return [Callee(name, make(name), [torch.zeros(4)]) for name in names]
+
+
+def _run(timer: ScriptedTimer, callees: list[Callee], **plan: Any) -> Any:
+    defaults: dict[str, Any] = {"budget_s": 0.05, "min_trials": 20, "max_trials": 40, "warmup": 1,
+                                "graph_threshold_s": 0.0, "checked_fraction": 0.0, "allow_graphs": False}  # fmt: skip
+    return time_shape(
+        callees, timer, TimingPlan(**(defaults | plan)), lambda seed: [torch.full((4,), float(seed))],
+        lambda buffers, inputs: buffers[0].copy_(inputs[0]), lambda pristine, snap: None, lambda buffers: [], torch,
+    )  # fmt: skip
+
+
+def test_warm_up_rounds_last_their_seconds_before_any_round_is_timed() -> None:
+    timer = ScriptedTimer({"eager": 1e-3, "candidate": 1e-3})
+    start = time.perf_counter()
+    result = _run(timer, _callees(timer, ["eager", "candidate"], sleep_s=0.002), warmup_s=0.3)
+    timed_calls = 2 * result.stats["candidate"].n
+    first_timed = timer.log[len(timer.log) - timed_calls][0]
+    assert first_timed - start >= 0.3  # the rounds before it were warm-up (and the one estimate round)
+    assert len(timer.log) - timed_calls >= 0.3 / (2 * 0.002) * 0.5  # many warm-up calls, not one
+
+
+def test_the_garbage_collector_is_off_while_rounds_are_timed_and_on_after() -> None:
+    timer = ScriptedTimer({"eager": 1e-3, "candidate": 1e-3})
+    assert gc.isenabled()
+    result = _run(timer, _callees(timer, ["eager", "candidate"]))
+    timed = timer.log[len(timer.log) - 2 * result.stats["candidate"].n :]
+    assert timed and not any(enabled for _, _, enabled in timed)
+    assert all(enabled for _, _, enabled in timer.log[: len(timer.log) - len(timed)])  # warm-up: on
+    assert gc.isenabled()
+
+
+def test_a_drift_that_moves_every_callee_cancels_in_the_speedups_noise() -> None:
+    """The machine slows by 60% over the rounds: each callee's own spread shows it, the speedup's does not."""
+    timer = ScriptedTimer({"eager": 300e-6, "candidate": 250e-6}, drift=0.005)
+    result = _run(timer, _callees(timer, ["eager", "candidate"]), min_trials=60, max_trials=60)
+    assert result.stats["candidate"].spread > 0.1 and result.stats["eager"].spread > 0.1
+    assert result.speedup_spread["eager"] < 0.01
+    assert result.stats["eager"].median_s / result.stats["candidate"].median_s > 1.15
+
+
+def test_speedup_spread_is_the_half_range_of_block_speedups() -> None:
+    baseline = [2.0] * 10 + [2.2] * 10  # blocks of 4: speedups 2, 2, 2.1 (mixed block), 2.2, 2.2
+    candidate = [1.0] * 20
+    assert speedup_spread(baseline, candidate, blocks=5) == (2.2 - 2.0) / (2 * 2.1)
