@@ -10,8 +10,10 @@ own that imports kernelevolve from a variant's `src` (default: this checkout's);
 (an old commit's `src`, from `git archive COMMIT src | tar -x -C DIR`, and this one) their
 evaluations alternate, so both meet the same machine. Reported per variant and callee: the median of
 each evaluation, the relative range of those medians ((max - min) / median); the fitness, its range
-and the noise figure (`spread`) the verdicts reported for it. Target (this machine, alone): the range
-of 10 candidate medians within 5%.
+and the noise figure (`spread`) the verdicts reported for it. After every evaluation the same kernel
+and eager's cumsum are also timed in a bare loop (a plain process, no harness) for as long: the range
+of those medians is the machine's own noise at the time, the floor under any harness's figure.
+Target (this machine, alone): the range of 10 candidate medians within 5%.
 
 Prints one line per evaluation, then a table.
 """
@@ -110,6 +112,45 @@ print("RESULT " + json.dumps({
 """
 
 
+BARE = r"""
+import json, statistics, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch
+from kernelevolve.native import compile_c
+exec(compile(open(sys.argv[2]).read().split("class ModelNew")[0], "candidate", "exec"))  # _lib
+x, flush = torch.rand(64, 8000), torch.empty(16 * 2**20)
+ts = {"candidate": [], "eager": []}
+end = time.perf_counter() + float(sys.argv[3])
+while time.perf_counter() < end:
+    for name in ts:
+        flush.fill_(1.0)
+        t = time.perf_counter()
+        if name == "eager":
+            torch.cumsum(x, dim=1)
+        else:
+            y = torch.empty_like(x)
+            _lib.cumsum_rows(x, y, 64, 8000)
+        ts[name].append(time.perf_counter() - t)
+print("RESULT " + json.dumps({f"{k}_us": statistics.median(v) * 1e6 for k, v in ts.items()}))
+"""
+
+
+def bare(candidate: Path, budget: float) -> dict[str, Any]:
+    """The machine's own noise: the same kernel and eager's cumsum, timed alternately in a plain
+    process (no harness, no sandbox, no baselines compiled; malloc's thresholds fixed as in the CPU
+    workers) for as long as an evaluation times them."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**34)}
+    done = subprocess.run(
+        [sys.executable, "-c", BARE, str(ROOT / "src"), str(candidate), str(budget)],
+        capture_output=True, text=True, timeout=300, check=False, env=env,
+    )  # fmt: skip
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    if not lines:
+        raise SystemExit(f"the bare loop failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(lines[0].removeprefix("RESULT "))
+    return result
+
+
 def evaluate(src: Path, spec_path: Path, work: Path, candidate: Path, budget: float) -> dict[str, Any]:
     """One evaluation, in a fresh engine process that imports kernelevolve from `src`."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -160,6 +201,7 @@ def main() -> None:
     spec_path.write_text(SPEC)
     candidate.write_text(CANDIDATE)
     rows: dict[str, list[dict[str, Any]]] = {label: [] for label in variants}
+    floor: list[dict[str, Any]] = []  # a bare loop after every evaluation: the machine's own noise
     t0 = time.perf_counter()
     for i in range(args.reps):
         order = list(variants) if i % 2 == 0 else list(reversed(variants))  # alternate who goes first
@@ -168,24 +210,35 @@ def main() -> None:
             work.mkdir(exist_ok=True)
             row = evaluate(Path(variants[label]), spec_path, work, candidate, args.timing_budget)
             rows[label].append(row)
+            floor.append(bare(candidate, args.timing_budget))
             print(f"eval {i + 1:>2} {label:>8}: candidate {row['candidate_us']:7.1f} us  eager {row['eager_us']:7.1f}"
                   f"  compile {row['compile_us']:7.1f}  fitness {row['fitness']:.3f} vs {row['fitness_baseline']}"
                   f" (spread {row['spread'] or 0:.1%})", flush=True)  # fmt: skip
     summary = {label: summarize(r) for label, r in rows.items()}
+    summary["bare loop"] = {
+        callee: {"median_us": round(statistics.median(r[f"{callee}_us"] for r in floor), 2),
+                 "range_of_medians": round(spread([r[f"{callee}_us"] for r in floor]), 4)}
+        for callee in ("candidate", "eager")
+    }  # fmt: skip
     first = next(iter(rows.values()))[0]
     doc = {
         "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cpus, {first['device']}",
         "torch": first["torch"], "python": first["python"], "reps": args.reps, "timing_budget_s": args.timing_budget,
         "variants": variants, "wall_s": round(time.perf_counter() - t0, 1), "summary": summary, "rows": rows,
+        "bare_loop": floor,
     }  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(doc, indent=1))
     print(f"\n{'variant':>8} {'callee':>10} {'median us':>10} {'range of medians':>17}")
     for label, summ in summary.items():
         for callee in ("candidate", "eager", "compile"):
+            if callee not in summ:
+                continue
             c = summ[callee]
             print(f"{label:>8} {callee:>10} {c['median_us']:>10.1f} {c['range_of_medians']:>17.1%}")
     for label, summ in summary.items():
+        if "fitness" not in summ:
+            continue
         f = summ["fitness"]
         print(f"{label}: fitness {f['median']:.3f} vs {f['baseline']}, range {f['range']:.1%}, reported spread "
               f"{f['reported_spread_median']:.1%}; ranges of p25 {summ['candidate_p25']['range_of_values']:.1%}, "
