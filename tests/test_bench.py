@@ -210,6 +210,46 @@ def test_bench_json_has_results_and_summary(bench_run: dict[str, Any]) -> None:
     assert re.search(r"\[2/2\] 2_ew_chain: node \d+: new best", res.stderr), res.stderr
 
 
+CONV = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 16, 16)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_bench_row_without_a_candidate_says_why(tmp_path: Path) -> None:
+    """The tuner cannot template a convolution: the row, the table and the report say so, not just
+    "no correct kernel"."""
+    suite, ws = tmp_path / "suite", tmp_path / "ws"
+    suite.mkdir()
+    ws.mkdir()
+    (suite / "1_conv.py").write_text(CONV)
+    (ws / "config.toml").write_text('baselines = ["eager"]\nskills_verify = 0\n')
+    res = _invoke(["bench", str(suite), "--budget", "2", "--platform", "cpu", "--workspace", str(ws),
+                   "--json", "--report", str(tmp_path / "report")])  # fmt: skip
+    assert res.exit_code in (0, 1), res.output
+    (row,) = json.loads(res.stdout)["results"]
+    assert row["correct"] is False and row["candidates"] == 0
+    assert row["message"].startswith("no candidate: the reference is not templated: aten.convolution"), row
+    assert "aten.convolution is not templated" in (tmp_path / "report" / "bench.md").read_text()
+    assert "aten.convolution is not templated" in res.stderr  # the table printed at the end
+
+
 def test_bench_report_files(bench_run: dict[str, Any]) -> None:
     out = bench_run["root"] / "report"
     names = {p.name for p in out.iterdir()}

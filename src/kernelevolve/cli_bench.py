@@ -59,7 +59,8 @@ def _bench_progress() -> Any:
             spec = f"{counter} {escape(str(data.get('name') or data.get('path')))}:"  # runs interleave
             if inner == "evaluated" and d.get("new_best"):
                 v = d["verdict"]
-                err.print(f"[dim]    {spec} node {d['node']}: new best, {_fmt_x(v.speedup_vs_eager)} vs eager, "
+                err.print(f"[dim]    {spec} node {d['node']}: new best, {_fmt_x(v.fitness)} vs "
+                          f"{escape(str(v.method.fitness_baseline))}, {_fmt_x(v.speedup_vs_eager)} vs eager, "
                           f"{_fmt_x(v.speedup_vs_compile)} vs compile[/]")  # fmt: skip
             elif inner == "stop":
                 err.print(f"[dim]    {spec} stopping: {escape(d['reason'])}[/]")
@@ -69,7 +70,7 @@ def _bench_progress() -> Any:
 
 def _result_text(r: dict[str, Any]) -> str:
     if not r.get("correct"):
-        return f"no correct kernel ({escape(str(r.get('message') or '')[:200])}); {r.get('candidates', 0)} candidates"
+        return escape(str(r.get("message") or "no correct kernel")[:300])
     roof = r.get("roofline_fraction")
     return (
         f"{_fmt_x(r.get('speedup_vs_eager'))} vs eager, {_fmt_x(r.get('speedup_vs_compile'))} vs compile"

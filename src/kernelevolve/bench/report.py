@@ -214,7 +214,7 @@ def plots(doc: dict[str, Any]) -> dict[str, bytes]:
     ax.set_xlabel("candidates evaluated")
     ax.set_ylabel(f"best fitness (vs {doc.get('fitness_baseline')})")
     ax.set_title("best so far")
-    if len(results) <= 24:
+    if 0 < sum(1 for r in results if r.get("curve")) <= 24:
         ax.legend(fontsize=7, ncol=2)
     save(fig, "progress")
 

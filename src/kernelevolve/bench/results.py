@@ -14,6 +14,7 @@ reference) and `speedup_vs_compile: null` (the metrics count it 1.0, see `bench.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,10 +96,31 @@ def result_row(
         "flags": summary.get("flags") or [],
         **held_back(nodes),
         "stop_reason": summary.get("stop_reason"),
-        "message": None if correct else (summary.get("final_message") or "no correct kernel found"),
+        "message": None if correct else why_no_kernel(summary, nodes),
         "curve": curve(nodes),
         "method": summary.get("method"),
     }
 
 
-__all__ = ["curve", "delivered", "held_back", "result_row"]
+def why_no_kernel(summary: dict[str, Any], nodes: Sequence[dict[str, Any]]) -> str:
+    """Why a run ended without a correct kernel, from what its nodes say: no candidate at all (the
+    synthesizer's reason, such as the tuner's "aten.convolution is not templated"), or candidates
+    that all failed (how, and the latest failure's message), or the re-measurement's failure."""
+    if summary.get("final_message"):
+        return f"the best kernel failed its re-measurement: {summary['final_message']}"
+    evaluated = [n for n in nodes if n.get("state") == "evaluated"]
+    if not evaluated:
+        reasons = Counter(str(n.get("message") or "").strip() for n in nodes if n.get("state") == "failed")
+        reasons.pop("", None)
+        stop = f" (stopped: {summary['stop_reason']})" if summary.get("stop_reason") else ""
+        if reasons:
+            return f"no candidate: {reasons.most_common(1)[0][0]}{stop}"
+        return f"no candidate{stop}"
+    statuses = Counter(str(n.get("status")) for n in evaluated)
+    counts = ", ".join(f"{k} {v}" for k, v in statuses.most_common())
+    latest = next((n for n in reversed(evaluated) if n.get("message")), None)
+    tail = f"; the latest: {str(latest['message']).strip().splitlines()[0][:300]}" if latest else ""
+    return f"no correct kernel in {len(evaluated)} candidate(s) ({counts}){tail}"
+
+
+__all__ = ["curve", "delivered", "held_back", "result_row", "why_no_kernel"]
