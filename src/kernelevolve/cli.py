@@ -78,6 +78,8 @@ def _progress() -> Any:
             )
         elif event == "skip":
             err.print(f"[yellow]skipped {name}: {escape(str(detail))}[/]")
+        elif event == "note":
+            err.print(f"[yellow]{escape(str(detail))}[/]")
         elif event == "start":
             err.print(f"[dim]{name}: static guards, then a prepared worker[/]")
         elif event == "phase":

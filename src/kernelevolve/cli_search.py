@@ -34,6 +34,8 @@ def _search_progress(state: dict[str, Any] | None = None) -> Any:
             state["run_id"] = data["run_id"]
             shape = f" (shape {data['shape']})" if data.get("shape") else ""
             err.print(f"[bold]run {data['run_id']}[/]{escape(shape)}")
+        elif event == "memory_plan":
+            err.print(f"[yellow]{escape(data['note'])}[/]")
         elif event == "resume":
             err.print(f"[dim]resuming: {len(data['pending'])} node(s) were in flight: {data['pending']}[/]")
         elif event == "synthesize":

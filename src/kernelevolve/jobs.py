@@ -15,6 +15,7 @@ from typing import Any
 
 from kernelevolve.config import Settings
 from kernelevolve.errors import SpecError
+from kernelevolve.evaluate import memory
 from kernelevolve.evaluate.guards import check_source
 from kernelevolve.evaluate.pool import EvaluatorPool, candidate_hash, measure_profile
 from kernelevolve.evaluate.verdict import Verdict
@@ -130,6 +131,9 @@ def evaluate(
             on_event("skip", str(f), f"its kernels do not run on {platform.name}")
         on_event("plan", platform.name, len(files))
     settings = sized_for(settings, platform, len(files))
+    settings, plan = memory.fit(spec, platform, settings, platform.device_memory(settings.device))
+    if on_event and plan.note:
+        on_event("note", "memory plan", plan.note)
     with Workspace.open(settings.workspace) as ws:
         _record_spec(ws, spec)
         if on_event:

@@ -20,6 +20,7 @@ from typing import Any
 
 from kernelevolve.config import Settings
 from kernelevolve.errors import SpecError, WorkspaceError
+from kernelevolve.evaluate import memory
 from kernelevolve.evaluate.executors import executor_slots
 from kernelevolve.jobs import _record_spec, hardware_profile, sized_for, trusted_cache
 from kernelevolve.knowledge.patterns import spec_pattern
@@ -168,6 +169,9 @@ def build_engine(
         ws.update_run(run_id, limits=dataclasses.asdict(limits))
     limits = limits or Limits(**run["limits"])
     settings = sized_for(settings, platform, 10**6, executor_slots(settings, platform))
+    settings, plan = memory.fit(spec, platform, settings, platform.device_memory(settings.device))
+    if plan.note and on_event is not None:
+        on_event("memory_plan", {"note": plan.note})
     seeds = [(p, Path(p).read_text()) for p in cfg.get("seeds") or []]
     meter = _meter(synth_cfg, limits, ws.root, run)
     synthesizer = create(

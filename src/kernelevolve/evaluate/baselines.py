@@ -16,20 +16,27 @@ from kernelevolve.evaluate.timing import Callee, TimingPlan, time_shape
 from kernelevolve.evaluate.worker import Prepared, ShapeState, forward_backward, trainable_inputs
 
 
-def callee(name: str, model: Any, state: Prepared, st: ShapeState) -> Callee:
-    """`model` at shape `st`, timed on its own buffers."""
+def callee(
+    name: str, model: Any, state: Prepared, st: ShapeState, buffers: list[Any] | None = None
+) -> Callee:
+    """`model` at shape `st`, timed on its own buffers (or on `buffers`, shared)."""
     import torch
 
-    buffers = trainable_inputs(
-        make_inputs(state.spec, state.module, st.shape, 1, "spec", state.device), torch, state.spec.backward
-    )
+    if buffers is None:
+        buffers = trainable_inputs(
+            make_inputs(state.spec, state.module, st.shape, 1, "spec", state.device),
+            torch,
+            state.spec.backward,
+        )
     return Callee(name, lambda *xs: forward_backward(model, list(xs), st.grad_outputs, torch), buffers)
 
 
 def baseline_callees(state: Prepared, st: ShapeState) -> list[Callee]:
-    """Eager, and torch.compile where it compiled."""
+    """Eager, and torch.compile where it compiled: trusted, so they share one set of input buffers
+    (the candidate has its own), which keeps a large spec's timing at two copies of its inputs."""
     models = [("eager", st.reference)] + ([("compile", st.compiled)] if st.compiled is not None else [])
-    return [callee(name, model, state, st) for name, model in models]
+    first = callee(*models[0], state, st)
+    return [first] + [callee(name, model, state, st, first.buffers) for name, model in models[1:]]
 
 
 def time_baselines(state: Prepared, msg: dict[str, Any], chan: Channel) -> list[dict[str, Any]]:

@@ -52,6 +52,39 @@ def tolerance_for(dtype: Any, policy: str, override: dict[str, float] | None = N
 
 
 @dataclass
+class Sampled:
+    """A large reference output kept as a sample: its values at `indices` (flat positions drawn at
+    random before any candidate exists), with the whole tensor's L2 norm. Trials beyond the first of
+    each distribution keep this instead of the whole output where the outputs are large: judged on
+    millions of positions it cannot know in advance, a wrong answer still fails, and the norm error is
+    estimated from the sample. `shape` and `dtype` stand for the output's."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    device: Any
+    indices: Any  # int64, on `device`
+    values: Any  # the reference's values there, on `device`
+    norm: float
+
+    @classmethod
+    def of(cls, ref: Any, k: int, generator: Any) -> Sampled:
+        import torch
+
+        from kernelevolve.evaluate.inputs import slabs
+
+        flat = ref.detach().reshape(-1)
+        idx = torch.randint(0, max(1, flat.numel()), (min(k, flat.numel()),), generator=generator)
+        idx = idx.to(ref.device)
+        norm = math.sqrt(
+            sum(float(torch.linalg.vector_norm(s, dtype=torch.float64)) ** 2 for s in slabs(ref))
+        )
+        return cls(tuple(ref.shape), ref.dtype, ref.device, idx, flat[idx].clone(), norm)
+
+    def is_floating_point(self) -> bool:
+        return bool(self.dtype.is_floating_point)
+
+
+@dataclass
 class Comparison:
     passed: bool
     check: str | None = None  # the failed check's name
@@ -61,22 +94,31 @@ class Comparison:
     rel_norm_err: float = 0.0
 
 
-def compare(out: Any, ref: Any, tol: Tolerance, what: str = "output") -> Comparison:
+def compare(out: Any, ref: Any, tol: Tolerance, what: str = "output", device: Any = None) -> Comparison:
+    """Judge `out` against `ref`. `ref` may be held elsewhere (the host, for a large output): `device`
+    is then where `out` must be. Large tensors are compared slab by slab (`inputs.slabs`), so the
+    comparison's temporaries stay bounded whatever the output's size."""
     import torch
+
+    from kernelevolve.evaluate.inputs import slabs
 
     if type(out) is not torch.Tensor:
         kind = "a tensor subclass" if isinstance(out, torch.Tensor) else type(out).__name__
         return Comparison(False, "output-type", f"{what} is {kind}; outputs must be plain torch.Tensor")
-    if out.shape != ref.shape:
+    if tuple(out.shape) != tuple(ref.shape):
         return Comparison(
             False, "output-shape", f"{what} has shape {list(out.shape)}, expected {list(ref.shape)}"
         )
     if out.dtype != ref.dtype:
         return Comparison(False, "output-dtype", f"{what} has dtype {out.dtype}, expected {ref.dtype}")
-    if out.device != ref.device:
-        return Comparison(False, "output-device", f"{what} is on {out.device}, expected {ref.device}")
+    expected = torch.device(device) if device is not None else ref.device
+    if out.device != expected:
+        return Comparison(False, "output-device", f"{what} is on {out.device}, expected {expected}")
+    if isinstance(ref, Sampled):
+        return _compare_sampled(out, ref, tol, what)
+    pairs = list(zip(slabs(out.detach()), slabs(ref.detach()), strict=True))
     if not (out.is_floating_point() or out.is_complex()):
-        mismatches = int((out != ref).sum())
+        mismatches = sum(int((o != r.to(o.device)).sum()) for o, r in pairs)
         if mismatches:
             return Comparison(
                 False,
@@ -87,31 +129,42 @@ def compare(out: Any, ref: Any, tol: Tolerance, what: str = "output") -> Compari
     # Differences of two floats of one dtype are exact enough in that dtype (fp32 at least); only the
     # norms need a wider accumulator.
     work = torch.float64 if out.dtype == torch.float64 else torch.float32
-    o = out.detach().to(work)
-    r = ref.detach().to(work)
-    if not bool(torch.isfinite(r).all()):  # every comparison with NaN is False: nothing would fail
-        return Comparison(False, "reference-nan-inf", f"the reference's {what} has NaN/inf: it cannot judge")
-    if not bool(torch.isfinite(o).all()):
-        bad = int((~torch.isfinite(o)).sum())
-        return Comparison(False, "nan-inf", f"{what} has {bad} NaN/inf elements of {o.numel()}")
-    n = max(1, r.numel())
-    ref_norm = float(torch.linalg.vector_norm(r, dtype=torch.float64))
+    ref_sq = 0.0
+    for _, r_slab in pairs:
+        r = r_slab.to(out.device, work)
+        if not bool(torch.isfinite(r).all()):  # every comparison with NaN is False: nothing would fail
+            return Comparison(
+                False, "reference-nan-inf", f"the reference's {what} has NaN/inf: it cannot judge"
+            )
+        ref_sq += float(torch.linalg.vector_norm(r, dtype=torch.float64)) ** 2
+    n = max(1, ref.numel())
+    ref_norm = math.sqrt(ref_sq)
     rms = ref_norm / math.sqrt(n)
-    diff = (o - r).abs_()
-    diff_norm = float(torch.linalg.vector_norm(diff, dtype=torch.float64))
-    max_abs = float(diff.max()) if diff.numel() else 0.0
-    ref_abs = r.abs()
-    rel = torch.where(ref_abs > 1e-3 * rms, diff / ref_abs, torch.zeros((), dtype=work, device=r.device))
-    max_rel = float(rel.max()) if rel.numel() else 0.0
-    del rel
+    bad = n_over = 0
+    diff_sq = max_abs = max_rel = 0.0
+    for o_slab, r_slab in pairs:
+        o, r = o_slab.to(work), r_slab.to(out.device, work)
+        finite = torch.isfinite(o)
+        bad += int((~finite).sum())
+        if bad:
+            continue  # counted; the values are judged only where every element is finite
+        diff = (o - r).abs_()
+        diff_sq += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
+        max_abs = max(max_abs, float(diff.max()) if diff.numel() else 0.0)
+        ref_abs = r.abs()
+        rel = torch.where(ref_abs > 1e-3 * rms, diff / ref_abs, torch.zeros((), dtype=work, device=r.device))
+        max_rel = max(max_rel, float(rel.max()) if rel.numel() else 0.0)
+        del rel
+        n_over += int((diff > ref_abs.mul_(tol.rtol).add_(tol.atol * rms)).sum())
+    if bad:
+        return Comparison(False, "nan-inf", f"{what} has {bad} NaN/inf elements of {out.numel()}")
+    diff_norm = math.sqrt(diff_sq)
     rel_norm = diff_norm / ref_norm if ref_norm > 0 else diff_norm
     cmp = Comparison(True, max_abs_err=max_abs, max_rel_err=max_rel, rel_norm_err=rel_norm)
-    over = diff > ref_abs.mul_(tol.rtol).add_(tol.atol * rms)
-    n_over = int(over.sum())
     if n_over:
         cmp.passed, cmp.check = False, "values"
         cmp.message = (
-            f"{what}: {n_over} of {o.numel()} elements outside atol={tol.atol:g}*rms + rtol={tol.rtol:g}*|ref| "
+            f"{what}: {n_over} of {out.numel()} elements outside atol={tol.atol:g}*rms + rtol={tol.rtol:g}*|ref| "
             f"(max abs err {max_abs:.3g}, max rel err {max_rel:.3g}, rel norm err {rel_norm:.3g})"
         )
     elif rel_norm > tol.rel_norm:
@@ -119,6 +172,54 @@ def compare(out: Any, ref: Any, tol: Tolerance, what: str = "output") -> Compari
         cmp.message = (
             f"{what}: relative norm error {rel_norm:.3g} exceeds {tol.rel_norm:g} "
             f"(max abs err {max_abs:.3g}); this is the signature of lower-precision arithmetic"
+        )
+    return cmp
+
+
+def _compare_sampled(out: Any, ref: Sampled, tol: Tolerance, what: str) -> Comparison:
+    """`compare` against a sampled reference: the same checks at the sampled positions, the whole
+    output checked for NaN/inf, and the norm error estimated from the sample."""
+    import torch
+
+    from kernelevolve.evaluate.inputs import slabs
+
+    bad = sum(int((~torch.isfinite(s)).sum()) for s in slabs(out.detach())) if out.is_floating_point() else 0
+    if bad:
+        return Comparison(False, "nan-inf", f"{what} has {bad} NaN/inf elements of {out.numel()}")
+    flat = out.detach().reshape(-1)
+    o, r = flat[ref.indices], ref.values
+    k = max(1, r.numel())
+    if not ref.is_floating_point():
+        mismatches = int((o != r).sum())
+        if mismatches:
+            return Comparison(
+                False, "values", f"{what}: {mismatches} of {k} sampled elements differ (exact match required)"
+            )
+        return Comparison(True)
+    work = torch.float64 if out.dtype == torch.float64 else torch.float32
+    o, r = o.to(work), r.to(work)
+    rms = ref.norm / math.sqrt(max(1, out.numel()))
+    diff = (o - r).abs_()
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    ref_abs = r.abs()
+    rel = torch.where(ref_abs > 1e-3 * rms, diff / ref_abs, torch.zeros((), dtype=work, device=r.device))
+    max_rel = float(rel.max()) if rel.numel() else 0.0
+    # ||out - ref|| estimated from the sample: its mean square, over every element
+    diff_norm = math.sqrt(float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2 * out.numel() / k)
+    rel_norm = diff_norm / ref.norm if ref.norm > 0 else diff_norm
+    cmp = Comparison(True, max_abs_err=max_abs, max_rel_err=max_rel, rel_norm_err=rel_norm)
+    n_over = int((diff > ref_abs.mul_(tol.rtol).add_(tol.atol * rms)).sum())
+    if n_over:
+        cmp.passed, cmp.check = False, "values"
+        cmp.message = (
+            f"{what}: {n_over} of {k} sampled elements outside atol={tol.atol:g}*rms + rtol={tol.rtol:g}*|ref| "
+            f"(max abs err {max_abs:.3g}, max rel err {max_rel:.3g}, rel norm err about {rel_norm:.3g})"
+        )
+    elif rel_norm > tol.rel_norm:
+        cmp.passed, cmp.check = False, "precision"
+        cmp.message = (
+            f"{what}: relative norm error about {rel_norm:.3g} (from {k} sampled elements) exceeds "
+            f"{tol.rel_norm:g} (max abs err {max_abs:.3g}); this is the signature of lower-precision arithmetic"
         )
     return cmp
 

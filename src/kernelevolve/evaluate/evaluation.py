@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import math
 import os
 import sys
 import time
@@ -39,7 +40,7 @@ from kernelevolve.evaluate.inputs import digest as input_digest
 from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.runtime import Integrity, OpRecorder, new_threads, python_threads
 from kernelevolve.evaluate.sandbox import descendants
-from kernelevolve.evaluate.timing import Callee, ShapeTiming, TimingPlan, time_shape
+from kernelevolve.evaluate.timing import LARGE_OUTPUT_BYTES, Callee, ShapeTiming, TimingPlan, time_shape
 from kernelevolve.evaluate.verdict import (
     Method,
     ShapeResult,
@@ -105,7 +106,22 @@ def evaluate(state: Prepared, msg: dict[str, Any], chan: Channel) -> Verdict:
         if ev.lease is not None:
             ev.lease.release()
     ev.verdict.phases = ev.phases
+    ev.verdict.method.peak_memory_bytes = peak_memory(state)
     return ev.verdict
+
+
+def peak_memory(state: Prepared) -> int | None:
+    """The worker's peak so far: allocated device memory on a GPU, resident memory on the CPU."""
+    try:
+        if state.device.type == "cuda":
+            import torch
+
+            return int(torch.cuda.max_memory_allocated(state.device))
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    except Exception:
+        return None
 
 
 class _Evaluation:
@@ -119,6 +135,7 @@ class _Evaluation:
         self.uses_load_inline = bool(msg.get("uses_load_inline"))
         self.lease: Any = None
         self.phases: dict[str, float] = {}
+        self._tolerance: dict[str, Any] = {}  # per shape, decided in correctness, used by timing
         self.models: dict[str, Any] = {}
         self.integrity: Integrity | None = None
         self.children_before: set[int] = set()
@@ -185,6 +202,9 @@ class _Evaluation:
         self.phase("correctness")
         self.correctness()
         self.end_phase()
+        for st in self.shapes:  # what timing does not need: a large spec's reference outputs
+            for cs in st.cases:
+                cs.ref_outputs = []
         if self.kind not in self.state.platform.timed_kinds:
             self.verdict.method.timer = f"none ({self.state.platform.untimed_reason(self.kind)})"
             self.verdict.message = "correct; " + self.state.platform.untimed_reason(self.kind)
@@ -327,6 +347,7 @@ class _Evaluation:
         for st in self.shapes:
             held: list[Any] | None = None  # the first trial's inputs, refilled in place for the others
             tol = tolerance_for(st.cases[0].ref_outputs[0].dtype, self.spec.precision, self.spec.tolerance)
+            self._tolerance[st.shape.name] = tol
             self.verdict.method.tolerance = {"rtol": tol.rtol, "atol": tol.atol, "rel_norm": tol.rel_norm}
             result = ShapeResult(name=st.shape.name, weight=st.shape.weight, flops=st.flops, bytes=st.bytes)
             self.verdict.shapes.append(result)
@@ -355,7 +376,7 @@ class _Evaluation:
                 elif refilled:
                     inputs = held
                 inputs = trainable_inputs(inputs, torch, self.spec.backward)
-                pristine = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                pristine = _keepsake(inputs, torch)
                 self._poison(cs.ref_outputs)
                 launches0 = self.state.launches.total()
                 recorders = self._recorders()
@@ -367,7 +388,7 @@ class _Evaluation:
                 except BaseException as exc:
                     status, message = classify(exc, "run", self.file)
                     raise Failed(status, f"shape {st.shape.name!r}, trial {i + 1}: {message}") from None
-                snapshot = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outs]
+                snapshot = _keepsake(outs, torch) if i == 0 else None
                 launched = self.state.launches.total() - launches0
                 total_launches += launched
                 violations = [v for v in (r.violation() for r in recorders) if v]
@@ -381,20 +402,17 @@ class _Evaluation:
                         f"{len(late)} thread(s) still running after forward returned",
                         [Violation("threads", "threads alive after return")],
                     )
-                if i == 0:
+                if snapshot is not None:
                     time.sleep(0.005)
                     self.sync()
-                    if any(
-                        isinstance(o, torch.Tensor) and isinstance(s, torch.Tensor) and not same_bits(o, s)
-                        for o, s in zip(outs, snapshot, strict=True)
-                    ):
+                    if _changed(outs, snapshot, torch):
                         raise Failed(
                             Status.GUARD_VIOLATION,
                             "the output changed after forward returned: work continued in the background",
                             [Violation("late-write", "output changed after return")],
                         )
-                for j, (x, p) in enumerate(zip(inputs, pristine, strict=True)):
-                    if isinstance(x, torch.Tensor) and not same_bits(x.detach(), p):
+                for j in _changed_at(inputs, pristine, torch):
+                    if j is not None:
                         raise Failed(
                             Status.INCORRECT,
                             f"shape {st.shape.name!r}: input {j} was modified by the candidate",
@@ -451,7 +469,7 @@ class _Evaluation:
             self._check_integrity()
 
     def _time_shape(self, st: ShapeState, plan: TimingPlan) -> ShapeTiming:
-        tol = tolerance_for(st.cases[0].ref_outputs[0].dtype, self.spec.precision, self.spec.tolerance)
+        tol = self._tolerance[st.shape.name]
 
         def fresh(seed: int) -> list[Any]:
             return make_inputs(self.spec, self.state.module, st.shape, seed, "spec", self.state.device)
@@ -542,12 +560,13 @@ class _Evaluation:
 
     def _poison(self, like: list[Any]) -> None:
         """Fill freed allocator blocks of the outputs' sizes with NaN / a sentinel, so stale memory
-        handed to the candidate by the allocator never holds a plausible answer."""
+        handed to the candidate by the allocator never holds a plausible answer. Blocks of large
+        outputs are filled one at a time (the allocator keeps them)."""
         torch = self.torch
         blocks = []
         for o in like:
-            for _ in range(2):
-                t = torch.empty_like(o)
+            for _ in range(2 if o_bytes(o) <= LARGE_OUTPUT_BYTES else 1):
+                t = torch.empty(o.shape, dtype=o.dtype, device=self.state.device)
                 t.fill_(float("nan") if o.is_floating_point() else -7)
                 blocks.append(t)
         del blocks
@@ -637,3 +656,40 @@ def _refill(held: list[Any], fresh: list[Any], torch: Any) -> bool:
             if isinstance(h, torch.Tensor):
                 h.copy_(f)
     return True
+
+
+def o_bytes(o: Any) -> int:
+    """Bytes of a tensor or of what a `Sampled` reference stands for."""
+    return math.prod(o.shape) * o.dtype.itemsize
+
+
+@dataclasses.dataclass
+class _Digests:
+    """A keepsake of large values: their digests (`inputs.digest`)."""
+
+    digests: list[Any]
+
+
+def _keepsake(values: list[Any], torch: Any) -> list[Any] | _Digests:
+    """What proves later that `values` did not change: their copies, or where they are large (a whole
+    copy would double their footprint on the device) their digests, which a change of any value, a
+    permutation included, alters."""
+    if sum(v.nbytes for v in values if isinstance(v, torch.Tensor)) > LARGE_OUTPUT_BYTES:
+        return _Digests(input_digest(values))
+    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _changed_at(values: list[Any], keepsake: list[Any] | _Digests, torch: Any) -> list[int | None]:
+    """Per value, its index where it differs from its keepsake, else None."""
+    if isinstance(keepsake, _Digests):
+        now = input_digest(values)
+        return [j if isinstance(v, torch.Tensor) and now[j] != keepsake.digests[j] else None
+                for j, v in enumerate(values)]  # fmt: skip
+    return [
+        j if isinstance(v, torch.Tensor) and not same_bits(v.detach(), k) else None
+        for j, (v, k) in enumerate(zip(values, keepsake, strict=True))
+    ]
+
+
+def _changed(values: list[Any], keepsake: list[Any] | _Digests, torch: Any) -> bool:
+    return any(j is not None for j in _changed_at(values, keepsake, torch))

@@ -58,26 +58,69 @@ def make_inputs(
     rng = random.Random(seed * 7919 + 13)
     lo, hi = spec.scaled_range
     out: list[Any] = []
-    for x in raw:
+    raw = list(raw)
+    for i, x in enumerate(raw):
+        raw[i] = None  # the original goes as soon as its scaled copy exists (a large input: twice the memory)
         if isinstance(x, torch.Tensor):
             x = x.to(device)
             if spec.dtype is not None and x.is_floating_point():
                 x = x.to(getattr(torch, spec.dtype))
             if distribution == "scaled" and x.is_floating_point():
+                # a new tensor, not in place: get_inputs may hand out one tensor twice
                 x = x * math.exp(rng.uniform(math.log(lo), math.log(hi)))
         out.append(x)
     return out
 
 
+CHUNK_ELEMENTS = 1 << 24  # work on large tensors in slabs of about this many elements
+
+
+def slabs(t: Any, elements: int = CHUNK_ELEMENTS) -> Any:
+    """Consecutive slabs of `t` along its first dimension (views), each about `elements` long: a
+    reduction over a 6 GiB tensor never materializes a widened copy of the whole of it."""
+    if t.dim() == 0 or t.numel() <= elements:
+        yield t
+        return
+    rows = max(1, elements // max(1, t.numel() // t.shape[0]))
+    for i in range(0, t.shape[0], rows):
+        yield t[i : i + rows]
+
+
+DIGEST_ELEMENTS = 1 << 22  # a digest's slabs: its float64 temporaries stay near 100 MiB
+_WEIGHTS: dict[tuple[int, str], Any] = {}
+
+
+def _weights(n: int, device: Any) -> Any:
+    """Fixed pseudo-random float64 weights for a slab of `n` elements (made once per size and device)."""
+    import torch
+
+    key = (n, str(device))
+    if key not in _WEIGHTS:
+        if len(_WEIGHTS) > 8:
+            _WEIGHTS.clear()
+        gen = torch.Generator(device=device).manual_seed(0x5EED + n)
+        _WEIGHTS[key] = torch.rand(n, dtype=torch.float64, device=device, generator=gen)
+    return _WEIGHTS[key]
+
+
 def digest(values: list[Any]) -> list[tuple[object, ...]]:
-    """A cheap fingerprint of tensor contents, to prove regenerated inputs are the ones the reference saw."""
+    """A fingerprint of tensor contents: shape, dtype, and in float64 the sum, the absolute sum and a
+    sum weighted by position (fixed pseudo-random weights, so that a permutation of the values, a
+    sort in place say, changes it too), accumulated slab by slab: a float64 copy of a large tensor is
+    never made. Proves that regenerated inputs are the ones the reference saw, and that large inputs
+    and outputs did not change where a whole copy would cost too much memory."""
     import torch
 
     out: list[tuple[object, ...]] = []
     for v in values:
         if isinstance(v, torch.Tensor):
-            d = v.detach().double()
-            out.append((tuple(v.shape), str(v.dtype), float(d.sum()), float(d.abs().sum())))
+            sums = [0.0, 0.0, 0.0]
+            for slab in slabs(v.detach(), DIGEST_ELEMENTS):
+                d = (torch.view_as_real(slab) if slab.is_complex() else slab).to(torch.float64).reshape(-1)
+                sums[0] += float(d.sum())
+                sums[1] += float(d.abs().sum())  # not in place: a float64 input's slab is itself
+                sums[2] += float(torch.dot(d, _weights(d.numel(), d.device)))
+            out.append((tuple(v.shape), str(v.dtype), *sums))
         else:
             out.append((repr(v),))
     return out
@@ -125,14 +168,18 @@ def share_weights(reference: Any, candidate: Any) -> bool:
 
 
 def check_footprint(spec: Spec, free_bytes: int, device: str) -> None:
-    """Refuse shapes that cannot fit: inputs, outputs and parameters, about four times over
-    (reference outputs, candidate outputs, pristine clones, baselines)."""
+    """Refuse shapes this worker cannot hold: inputs, outputs and parameters, about
+    `memory.factor` times over (see `evaluate/memory.py`, whose plan the engine made before
+    the worker started; this is the worker's own check against what it was given)."""
+    from kernelevolve.evaluate.memory import factor
+
+    times = factor("cpu" if str(device).startswith("cpu") else "cuda")
     for shape in spec.shapes:
         need = spec.footprint_bytes(shape.name)
-        if need is not None and 4 * need > free_bytes:
+        if need is not None and times * need > free_bytes:
             raise SpecError(
-                f"{spec.path}: shape {shape.name!r} needs about {4 * need / 2**30:.1f} GiB on {device} "
-                f"(inputs, outputs and parameters: {need / 2**30:.2f} GiB, held about four times over); "
-                f"{free_bytes / 2**30:.1f} GiB are free",
-                hint="use smaller shapes in KERNELEVOLVE['shapes'] or a device with more memory",
+                f"{spec.path}: shape {shape.name!r} needs about {times * need / 2**30:.1f} GiB on "
+                f"{device} (inputs, outputs and parameters: {need / 2**30:.2f} GiB, held about "
+                f"{times} times over); this worker has {free_bytes / 2**30:.1f} GiB",
+                hint="use smaller shapes in KERNELEVOLVE['shapes'], fewer workers, or a device with more memory",
             )

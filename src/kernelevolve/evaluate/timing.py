@@ -305,9 +305,11 @@ def time_shape(
     candidate = callees[-1] if has_candidate else None
 
     def load(round_seed: int) -> list[Any]:
+        """Fresh inputs copied into every callee's buffers (the baselines share one set); the fresh
+        tensors themselves reach no callee, so they are the round's pristine copy."""
         inputs = fresh_inputs(round_seed)
-        for c in callees:
-            copy_into(c.buffers, inputs)
+        for buffers in {id(c.buffers): c.buffers for c in callees}.values():
+            copy_into(buffers, inputs)
         return inputs
 
     # Warm-up, and a first estimate of each callee's time. At least ESTIMATE_ROUNDS rounds: the graph
@@ -361,17 +363,19 @@ def time_shape(
             round_seed = plan.seed * 100_000 + r
             inputs = load(round_seed)
             check = r in checked_rounds
-            pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if check else None
+            pristine = inputs if check else None
             order = list(callees)
             rng.shuffle(order)
             snap: Outputs | None = None
-            # Every callee's outputs stay alive until the round ends: the allocator must not hand the
-            # candidate a block that still holds a baseline's answer to this very round.
+            # The allocator must not hand the candidate a block that still holds a baseline's answer
+            # to this very round: every callee's outputs stay alive until the round ends, or, large
+            # ones (that would multiply the footprint), are poisoned in place after their call.
             keep: list[Outputs] = []
             for c in order:
                 timer.flush()
                 t, tail, outs, s = timer.time_call(c.call, snapshot=check and c is candidate)
-                keep.append(outs)
+                if c is candidate or not _poison_large(outs, c.buffers, torch):
+                    keep.append(outs)
                 times[c.name].append(t)
                 tails[c.name].append(tail)
                 if c is candidate:
@@ -401,6 +405,25 @@ def time_shape(
             if name != candidate.name
         }
     return result
+
+
+LARGE_OUTPUT_BYTES = 256 * 2**20  # outputs above this are poisoned after their call, not kept
+
+
+def _poison_large(outs: Outputs, buffers: list[Any], torch: Any) -> bool:
+    """Fill a baseline's large outputs with NaN / a sentinel in place (untimed), so the candidate can
+    be handed their blocks only without the answer; True where done. Outputs that share storage with
+    the input buffers (an identity op returns its input) are kept, never poisoned."""
+    tensors = [o for o in outs if isinstance(o, torch.Tensor)]
+    if sum(o.nbytes for o in tensors) <= LARGE_OUTPUT_BYTES:
+        return False
+    inputs = {b.untyped_storage().data_ptr() for b in buffers if isinstance(b, torch.Tensor)}
+    if any(o.untyped_storage().data_ptr() in inputs for o in tensors):
+        return False
+    with torch.no_grad():
+        for o in tensors:
+            o.fill_(float("nan") if o.is_floating_point() else -7)
+    return True
 
 
 @contextlib.contextmanager

@@ -134,6 +134,9 @@ class Method:
     distributions: list[str] = field(default_factory=list)
     checked_timed_calls: int = 0
     notes: list[str] = field(default_factory=list)
+    # the worker's peak: allocated device memory on a GPU, resident memory on the CPU (the memory
+    # plan's check: `evaluate/memory.py`)
+    peak_memory_bytes: int | None = None
 
 
 @dataclass

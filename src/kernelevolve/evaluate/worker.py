@@ -39,6 +39,7 @@ from typing import Any
 
 from kernelevolve.errors import SpecError
 from kernelevolve.evaluate.protocol import Channel
+from kernelevolve.evaluate.timing import LARGE_OUTPUT_BYTES
 
 
 @dataclass
@@ -150,6 +151,7 @@ def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
         },
         lease_key=msg["lease_key"],
     )
+    state.info["gpu_memory_fraction"] = msg.get("gpu_memory_fraction")
     launches = LaunchCounter()
     launches.install()
     state.launches = launches
@@ -157,7 +159,9 @@ def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
     steps["device"] = time.perf_counter() - t0
     if msg.get("spec_path"):
         t = time.perf_counter()
+        start = _memory_mark(state, torch)
         _prepare_spec(state, Path(msg["spec_path"]), torch)
+        state.info["prepare_peak_bytes"] = _memory_peak(state, torch, start)
         inner = steps.get("compile_baseline", 0.0) + steps.get("reference_outputs", 0.0)
         steps["spec"] = time.perf_counter() - t - inner  # loading it, models and probe inputs
     t = time.perf_counter()
@@ -175,7 +179,7 @@ def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
     spec = load_spec(path, probe=True)
     module = import_spec_module(path)
     state.spec, state.module = spec, module
-    check_footprint(spec, state.platform.free_memory(state.device), str(state.device))
+    check_footprint(spec, _available(state, torch), str(state.device))
     cases = correctness_cases(spec, int(state.settings.get("seeds", 3)))
     want_compile = "compile" in state.settings.get("baselines", ["eager", "compile"])
     probes = {}
@@ -211,6 +215,37 @@ def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
     state.info["spec_fingerprint"] = spec.fingerprint
 
 
+def _available(state: Prepared, torch: Any) -> int:
+    """What this worker may still allocate: the device's free memory, within its share of it."""
+    free = state.platform.free_memory(state.device)
+    fraction = state.info.get("gpu_memory_fraction")
+    if state.device.type == "cuda" and fraction:
+        total = torch.cuda.get_device_properties(state.device).total_memory
+        free = min(free, int(float(fraction) * total) - torch.cuda.memory_allocated(state.device))
+    return int(free)
+
+
+def _memory_mark(state: Prepared, torch: Any) -> int:
+    """Where a peak of memory is measured from: the device allocator's peak reset (a GPU), or the
+    process's resident size now (the CPU, whose peak since then `_memory_peak` reads)."""
+    if state.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(state.device)
+        return int(torch.cuda.memory_allocated(state.device))
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+def _memory_peak(state: Prepared, torch: Any, start: int) -> int:
+    """Bytes the work since `_memory_mark` needed at its peak, beyond what was held before."""
+    if state.device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(state.device)) - start
+    import resource
+
+    return max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - start)
+
+
 def _gpu_lease(state: Prepared) -> Any:
     if state.platform.exclusive:  # the whole start-up already holds it
         return contextlib.nullcontext()
@@ -220,7 +255,6 @@ def _gpu_lease(state: Prepared) -> Any:
 
 
 def _reference_cases(state: Prepared, st: ShapeState, probe: list[Any], cases: list[Any], torch: Any) -> None:
-    from kernelevolve.evaluate.correctness import same_bits
     from kernelevolve.evaluate.inputs import digest, make_inputs
     from kernelevolve.profile.roofline import count_flops, tensor_bytes
     from kernelevolve.spec import flatten_outputs
@@ -229,15 +263,14 @@ def _reference_cases(state: Prepared, st: ShapeState, probe: list[Any], cases: l
     for i, x in enumerate(probe):
         if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() and not bool(x.any()):
             state.notes.append(f"shape {shape.name}: input {i} is all zeros; checks on zeros are weak")
+    sampler = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))  # unknown in advance
     for case in (c for c in cases if c.shape == shape.name):
         inputs = make_inputs(spec, module, shape, case.seed, case.distribution, state.device)
-        before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        before = digest(inputs)  # not a clone: the inputs may be most of the device
         outs = forward_backward(ref, trainable_inputs(inputs, torch, spec.backward), st.grad_outputs, torch)
         flatten_outputs(spec, outs)
-        for x, b in zip(inputs, before, strict=True):
-            if isinstance(x, torch.Tensor) and not same_bits(x, b):
-                state.notes.append(f"shape {shape.name}: the reference itself modifies its inputs")
-                break
+        if digest(inputs) != before:
+            state.notes.append(f"shape {shape.name}: the reference itself modifies its inputs")
         for j, o in enumerate(outs):
             if o.is_floating_point() and not bool(torch.isfinite(o).all()):
                 raise SpecError(
@@ -245,7 +278,9 @@ def _reference_cases(state: Prepared, st: ShapeState, probe: list[Any], cases: l
                     f"(seed {case.seed}, {case.distribution} inputs, output {j})",
                     hint="inputs must keep the reference finite; narrow `scaled_range` if scaling breaks it",
                 )
-        st.cases.append(CaseState(case, digest(inputs), [o.detach().clone() for o in outs]))
+        full = case.distribution not in {c.case.distribution for c in st.cases}
+        st.cases.append(CaseState(case, before, _kept(outs, inputs, torch, full, sampler)))
+        del inputs, outs
     first = st.cases[0].ref_outputs
     if all(o.is_floating_point() and not bool(o.any()) for o in first):
         state.notes.append(
@@ -263,6 +298,24 @@ def _reference_cases(state: Prepared, st: ShapeState, probe: list[Any], cases: l
         if shape.bytes is not None
         else tensor_bytes(probe) + tensor_bytes(params) + out_bytes
     )
+
+
+# A trial whose reference outputs exceed LARGE_OUTPUT_BYTES keeps them whole only for the first trial
+# of each distribution; the others keep a sample (`correctness.Sampled`, SAMPLED_ELEMENTS positions
+# and the norm): six trials of a 6 GiB output would otherwise hold 36 GiB of an 80 GB GPU for the
+# worker's life.
+SAMPLED_ELEMENTS = 1 << 22
+
+
+def _kept(outs: list[Any], inputs: list[Any], torch: Any, full: bool, sampler: Any) -> list[Any]:
+    """A trial's reference outputs as the worker keeps them: detached, copied only where one is (a
+    view of) an input (which is dropped); sampled where they are large and `full` is not asked."""
+    from kernelevolve.evaluate.correctness import Sampled
+
+    if not full and sum(o.nbytes for o in outs) > LARGE_OUTPUT_BYTES:
+        return [Sampled.of(o, SAMPLED_ELEMENTS, sampler) for o in outs]
+    storages = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+    return [o.detach().clone() if o.untyped_storage().data_ptr() in storages else o.detach() for o in outs]
 
 
 def _flops(ref: Any, probe: list[Any], st: ShapeState, backward: bool, torch: Any, count: Any) -> int:

@@ -149,6 +149,17 @@ class Platform(ABC):
 
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
+    def device_memory(self, index: int) -> tuple[int, int] | None:
+        """(free, total) bytes of device `index`, asked from the engine without initializing the
+        device (the memory plan's input); None where unknown. The host's memory by default."""
+        import os
+
+        try:
+            page = os.sysconf("SC_PAGE_SIZE")
+            return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+        except (ValueError, OSError):
+            return None
+
     def measure_profile(self, device: Any) -> HardwareProfile:
         """Measure copy bandwidth and GEMM rates with torch on `device`."""
         import torch

@@ -36,16 +36,7 @@ class CpuPlatform(Platform):
         return True, ""
 
     def worker_env(self) -> dict[str, str]:
-        # glibc's malloc by default hands large blocks (an output of a few MiB) back to the kernel when
-        # they are freed and maps them again, page fault by page fault, at the next call; whether it
-        # does depends on the heap's history, so one process timed a 300 us kernel at 750 us and the
-        # next at 300. Fixed thresholds keep the heap's pages for the worker's short life: every callee
-        # (eager, compiled, the candidate) allocates the way a long-running process does.
-        return {
-            "TRITON_INTERPRET": "1",
-            "MALLOC_MMAP_THRESHOLD_": str(2**30),
-            "MALLOC_TRIM_THRESHOLD_": str(2**34),
-        }
+        return {"TRITON_INTERPRET": "1"}
 
     def untimed_reason(self, kind: str) -> str:
         return (
@@ -78,6 +69,7 @@ class CpuPlatform(Platform):
     def make_timer(self, device: Any) -> Any:
         from kernelevolve.evaluate.timing import CpuTimer
 
+        _steady_heap()
         return CpuTimer(_llc_bytes())
 
     def _copy_size(self, device: Any) -> int:
@@ -85,6 +77,25 @@ class CpuPlatform(Platform):
 
     def _gemm_size(self, device: Any) -> int:
         return 512
+
+
+def _steady_heap() -> None:
+    """From here on (the worker's timer is made after the reference's outputs are prepared), glibc's
+    malloc keeps freed blocks in its heap for reuse instead of returning them to the kernel. By
+    default it hands large blocks (an output of a few MiB) back when they are freed and maps them
+    again, page fault by page fault, at the next call, depending on the heap's history: one process
+    timed a 300 us kernel at 750 us and the next at 300. With fixed thresholds every callee (eager,
+    compiled, the candidate) allocates the way a long-running process does. Not earlier: preparing
+    a large spec that way would keep every freed block resident (a 640 MiB spec's preparation peaked
+    at 4.3 times its tensors instead of under 4)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, ctypes.c_int(1 << 30))  # M_MMAP_THRESHOLD: blocks up to 1 GiB from the heap
+        libc.mallopt(-1, ctypes.c_int(2**31 - 1))  # M_TRIM_THRESHOLD: never give the heap's top back
+    except (OSError, AttributeError):  # not glibc: its allocator, its habits
+        pass
 
 
 def _llc_bytes() -> int:

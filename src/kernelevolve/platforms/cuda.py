@@ -100,6 +100,19 @@ class CudaPlatform(Platform):
         free, _total = torch.cuda.mem_get_info(device)
         return int(free)
 
+    def device_memory(self, index: int) -> tuple[int, int] | None:
+        """(free, total) from nvidia-smi: no CUDA context in the engine's process."""
+        which = gpu_uuid(index, os.environ.get("CUDA_VISIBLE_DEVICES")) or str(index)
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=memory.free,memory.total", "--format=csv,noheader,nounits", "-i", which],
+                capture_output=True, text=True, timeout=10, check=True,
+            )  # fmt: skip
+            free, total = (int(x.strip()) * 2**20 for x in out.stdout.strip().splitlines()[0].split(","))
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return None
+        return free, total
+
     physical_lease_keys = True
 
     def lease_key(self, index: int) -> str:

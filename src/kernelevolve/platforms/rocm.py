@@ -27,6 +27,9 @@ class RocmPlatform(CudaPlatform):
     timed_kinds = frozenset({"triton", "hip"})
     dsls: ClassVar[list[str]] = ["triton", "hip-c++ (load_inline)"]
 
+    def device_memory(self, index: int) -> tuple[int, int] | None:
+        return None  # nvidia-smi does not see AMD GPUs: the memory plan leaves the settings as they are
+
     def present(self) -> tuple[bool, str]:
         try:
             import torch

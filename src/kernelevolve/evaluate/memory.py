@@ -1,0 +1,125 @@
+"""A spec's memory plan: how many workers fit, and whether one does at all, from the spec's own size
+and the device's memory, before any worker starts.
+
+The meta probe counts each shape's inputs, outputs and parameters (`Spec.footprint_bytes`); call the
+largest T. A worker holds about `WORKER_FACTOR` x T at its peak (3 on a GPU; 6 on the CPU, whose
+workers keep glibc's heap rather than return it, for timings that hold still: freed blocks there are
+reused but not given back, and a 640 MiB softmax measured 6.6 T with torch's own memory), plus its
+runtime's own memory (a CUDA context, torch.compile's workspace, torch itself on the CPU):
+- preparing: the inputs, the reference's outputs, and two trials' reference outputs kept whole (the
+  other trials keep a sample of a large output: `worker._kept`);
+- checking a candidate: its inputs, its outputs, those two reference outputs (digests stand in for
+  copies of large inputs and outputs: `evaluation._keepsake`);
+- timing: the baselines' buffers (shared by eager and torch.compile) and the candidate's, a round's
+  fresh inputs, and one output at a time (a baseline's large outputs are poisoned in place after its
+  call, not kept: `timing._poison_large`); the reference outputs are gone by then.
+On a GPU the plan keeps workers + spares of a pool within 90% of the device (split over the pools
+that share it, `device_share`), lowering their number for a large spec, and refuses a spec that one
+worker cannot hold; on the CPU it refuses a spec that the worker's memory limit (`memory_limit_gb`)
+cannot hold. The refusal says how much was needed, how much there was, and what to change.
+
+Deliberately an estimate, not a measurement: what a worker really took is measured (the worker's
+`prepare_peak_bytes`) and a worker out of memory under its cap is still retried with the larger share
+(`pool.gpu_shares`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kernelevolve.errors import SpecError
+
+WORKER_FACTOR = {"cpu": 6, "cuda": 3, "rocm": 3}
+RUNTIME_BYTES = {"cpu": 3 * 2**29, "cuda": 2 * 2**30, "rocm": 2 * 2**30}  # a worker's own, before the spec
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    tensors_bytes: int  # T: the largest shape's inputs, outputs and parameters
+    need_bytes: int  # one worker's estimated peak
+    budget_bytes: int | None  # what a worker may have (CPU), or the device's usable memory (GPU)
+    workers: int
+    spares: int
+    note: str  # "" unless the plan changed the settings
+
+
+def worker_need(spec: Any, platform: str) -> tuple[int, int]:
+    """(T, one worker's estimated peak) for `spec`; T is 0 where the probe could not count it."""
+    sizes = [spec.footprint_bytes(s.name) for s in spec.shapes]
+    tensors = max((s for s in sizes if s is not None), default=0)
+    return tensors, factor(platform) * tensors + RUNTIME_BYTES.get(platform, RUNTIME_BYTES["cuda"])
+
+
+def factor(platform: str) -> int:
+    return WORKER_FACTOR.get(platform, WORKER_FACTOR["cuda"])
+
+
+def plan(spec: Any, platform: Any, settings: Any, memory: tuple[int, int] | None) -> MemoryPlan:
+    """The plan for `spec` under `settings` (workers, spares, device_share resolved), given the device's
+    (free, total) bytes (None: unknown, the settings stand). Raises SpecError where one worker cannot
+    hold the spec."""
+    tensors, need = worker_need(spec, platform.name)
+    workers, spares = max(1, settings.workers), max(0, settings.spares)
+    if not tensors:  # the probe could not count the tensors: nothing to plan on
+        return MemoryPlan(0, need, None, workers, spares, "")
+    shape_word = (
+        f"{spec.name}'s largest shape holds {tensors / GIB:.2f} GiB of inputs, outputs and parameters"
+    )
+    if platform.name == "cpu":
+        cap = int(settings.memory_limit_gb * GIB)
+        if memory is not None:
+            cap = min(cap, int(0.9 * memory[1]))  # the worker's limit is capped so too (handle.py)
+        if need > cap:
+            raise SpecError(
+                f"{shape_word}; a worker needs about {need / GIB:.1f} GiB ({factor('cpu')} x that and "
+                f"{RUNTIME_BYTES['cpu'] / GIB:.1f} GiB of its own), over its memory limit of {cap / GIB:.1f} GiB",
+                hint=f"raise memory_limit_gb to {need / GIB + 0.5:.0f} (the machine has "
+                f"{(memory[1] if memory else 0) / GIB:.0f} GiB), or use smaller shapes in KERNELEVOLVE['shapes']",
+            )
+        return MemoryPlan(tensors, need, cap, workers, spares, "")
+    if memory is None:  # the device's memory is unknown: the settings stand
+        return MemoryPlan(tensors, need, None, workers, spares, "")
+    free, total = memory
+    share = max(1, settings.device_share)
+    if settings.gpu_memory_fraction is not None:
+        cap = int(settings.gpu_memory_fraction * total)
+        if need > cap:
+            raise SpecError(
+                f"{shape_word}; a worker needs about {need / GIB:.1f} GiB, over the {cap / GIB:.1f} GiB "
+                f"that gpu_memory_fraction = {settings.gpu_memory_fraction:g} gives it",
+                hint=f"raise gpu_memory_fraction to {need / total + 0.01:.2f} or more, or unset it",
+            )
+        return MemoryPlan(tensors, need, cap, workers, spares, "")
+    usable = int(0.9 * min(free, total) / share)
+    fits = usable // need
+    if fits < 1:
+        raise SpecError(
+            f"{shape_word}; a worker needs about {need / GIB:.1f} GiB ({factor(platform.name)} x that and "
+            f"{RUNTIME_BYTES['cuda'] / GIB:.0f} GiB of its own), and {usable / GIB:.1f} GiB of the device's "
+            f"{free / GIB:.1f} GiB free ({total / GIB:.0f} GiB in all) is this spec's"
+            + (f" with {share} specs per device" if share > 1 else ""),
+            hint="use smaller shapes in KERNELEVOLVE['shapes']"
+            + (", fewer specs per device (--per-device)" if share > 1 else "")
+            + ", or a device with more memory",
+        )
+    planned_workers = min(workers, fits)
+    planned_spares = min(spares, fits - planned_workers)
+    note = ""
+    if (planned_workers, planned_spares) != (workers, spares):
+        note = (
+            f"memory plan: {planned_workers} worker(s) and {planned_spares} spare(s), not {workers} and "
+            f"{spares}: each needs about {need / GIB:.1f} GiB ({shape_word}) and {usable / GIB:.1f} GiB "
+            "of the device is this spec's"
+        )
+    return MemoryPlan(tensors, need, usable, planned_workers, planned_spares, note)
+
+
+def fit(spec: Any, platform: Any, settings: Any, memory: tuple[int, int] | None) -> tuple[Any, MemoryPlan]:
+    """`settings` with the plan's workers and spares, and the plan."""
+    p = plan(spec, platform, settings, memory)
+    return replace(settings, workers=p.workers, spares=p.spares), p
+
+
+__all__ = ["RUNTIME_BYTES", "WORKER_FACTOR", "MemoryPlan", "factor", "fit", "plan", "worker_need"]
