@@ -515,6 +515,8 @@ def test_per_device_splits_each_devices_memory_over_its_pools(tmp_path: Path) ->
     pinned = replace(three, gpu_memory_fraction=0.25)
     assert gpu_shares(pinned, "cuda") == (0.25, 0.25)  # the setting wins, and is never raised
     assert gpu_shares(three, "cpu") is None
+    alone = replace(base, spares=0)  # what the memory plan leaves a large spec: its workers only
+    assert gpu_shares(alone, "cuda") == (0.45, 0.45)
 
 
 def test_per_device_must_be_positive(tmp_path: Path) -> None:

@@ -186,3 +186,35 @@ def test_a_digest_sees_a_permutation_and_large_values_keep_digests_not_copies(
     assert _changed_at([x, 3], keepsake, torch) == [0, None]
     small = _keepsake([torch.ones(2)], torch)
     assert isinstance(small, list)  # small ones are copied and compared bit for bit
+
+
+# -- on a GPU, at KernelBench's official size --------------------------------------------------------
+
+KERNELBENCH = Path(
+    os.environ.get("KERNELBENCH_DIR", Path(__file__).resolve().parents[2] / "shared" / "kernelbench")
+)
+
+
+@pytest.mark.gpu
+def test_kernelbench_softmax_at_official_size_gets_its_baselines_with_default_settings(
+    tmp_path: Path,
+) -> None:
+    """level1 23_Softmax: one 4096 x 393216 float32 input (6 GiB) and as much out. On an 80 GB H100 it
+    failed while preparing the worker (a float64 copy of the input beside six reference outputs, under
+    a cap of 35.6 GiB); with the plan it gets one worker, which holds it about three times over."""
+    from kernelevolve import jobs
+    from kernelevolve.config import Settings
+
+    path = KERNELBENCH / "level1" / "23_Softmax.py"
+    if not path.is_file():
+        pytest.skip(f"KernelBench is not at {KERNELBENCH} (set KERNELBENCH_DIR)")
+    spec = load_spec(path)
+    settings = Settings(workspace=tmp_path / "ws", platform="cuda").validate()
+    tensors, _ = memory.worker_need(spec, "cuda")
+    assert tensors == 12 * GIB
+    fitted, plan = memory.fit(spec, get_platform("cuda"), settings, get_platform("cuda").device_memory(0))
+    assert (fitted.workers, fitted.spares) == (1, 0), plan
+    _, rows, _, errors = jobs.baselines(path, settings)
+    assert not errors, errors
+    (row,) = rows
+    assert row["eager"]["median_s"] > 0 and row["compile"]["median_s"] > 0, row

@@ -237,3 +237,36 @@ def test_dispatch_uses_a_kernel_only_where_it_beats_eager_beyond_the_noise() -> 
     assert table["noisy"]["node"] is None and table["noisy"]["candidate_node"] == 7  # +4% inside a 5% spread
     assert table["trap"]["node"] is None
     assert table["unseen"] == {"node": None}
+
+
+@pytest.mark.parametrize("budget", [1, 3])
+def test_a_new_best_is_profiled_only_while_later_candidates_can_read_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    """A profile holds the device's lease for 10-20 s (ncu): one that no later proposal reads is the
+    device's time spent for nothing (it was most of a budget-2 bench's wall time on an H100)."""
+    from kernelevolve.optimize import drive, start
+    from kernelevolve.search import engine as engine_mod
+    from kernelevolve.synth import SynthConfig
+    from tests.conftest import SPECS, cpu_settings
+
+    profiled: list[str] = []
+
+    def fake_profile(spec: object, platform: object, source: str, settings: object, **kw: object) -> dict:
+        profiled.append(source)
+        return {}
+
+    monkeypatch.setattr(engine_mod, "profile_candidate", fake_profile)
+    settings = cpu_settings(tmp_path, profile="torch", baselines=["eager"], fitness_baseline="eager")
+    run_id = start(SPECS / "softmax.py", settings, SearchConfig(draft=1, parallel=1), Limits(budget=budget),
+                   SynthConfig("tuner"))  # fmt: skip
+    drive(run_id, settings.workspace)
+    with Workspace.open(settings.workspace) as ws:
+        nodes = sorted(ws.nodes(run_id, text=True), key=lambda n: n["id"])
+    assert len(nodes) == budget and nodes[0]["status"] == "ok", [(n["status"], n["message"]) for n in nodes]
+    last = nodes[-1]["source"]
+    assert last not in profiled  # nothing was left to propose after it
+    if budget > 1:  # the first candidate, a new best with two more to come, was profiled
+        assert profiled and profiled[0] == nodes[0]["source"]
+    else:
+        assert profiled == []

@@ -164,6 +164,7 @@ def baselines(
     with Workspace.open(settings.workspace) as ws:
         _record_spec(ws, spec)
         trusted_settings = replace(settings, spares=0, workers=1)
+        memory.plan(spec, platform, trusted_settings, platform.device_memory(settings.device))  # fits?
         cache = trusted_cache(ws, spec, platform, settings)
         with EvaluatorPool(spec, platform, trusted_settings, trusted_cache=cache, on_event=on_event) as pool:
             message = pool.run_trusted("baselines")

@@ -30,6 +30,7 @@ from typing import Any
 
 import kernelevolve
 from kernelevolve.errors import HarnessError, SpecError
+from kernelevolve.evaluate import bytecode
 from kernelevolve.evaluate.lease import lease_dir
 from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.sandbox import kill_tree, sandbox_argv, scrub_env
@@ -70,6 +71,8 @@ class WorkerHandle:
         self.trusted_cache = trusted_cache
         self.dir = Path(tempfile.mkdtemp(prefix="kernelevolve-worker-"))
         self.inductor_cache = self.dir / "inductor"
+        self.bytecode = bytecode.folder()
+        self.filler: subprocess.Popen[bytes] | None = None  # compiling the bytecode, if this one started it
         self.log_path = self.dir / "worker.log"
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -99,6 +102,9 @@ class WorkerHandle:
         env["TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE"] = "0"
         env["TRITON_CACHE_DIR"] = str(self.inductor_cache / "triton")
         env["KERNELEVOLVE_NATIVE_CACHE"] = str(self.dir / "native")
+        # Where the installation keeps no bytecode, the engine's (read-only here; see bytecode.py).
+        if self.bytecode is not None:
+            env["PYTHONPYCACHEPREFIX"] = str(self.bytecode)
         # torch.compile (the baseline) compiles in this process, never in a pool of subprocesses: a
         # pool started lazily while a candidate runs would be blamed on the candidate (the process check).
         env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
@@ -122,7 +128,8 @@ class WorkerHandle:
         lease_key = self.platform.lease_key(self.device_index)
         if self.platform.exclusive:
             argv += ["--lease", lease_key]
-        argv += sandbox_argv(self.dir, s, [self.spec_path] if self.spec_path else [])
+        reads = [p for p in (self.spec_path, self.bytecode) if p is not None]
+        argv += sandbox_argv(self.dir, s, reads)
         self._spawned = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
@@ -148,6 +155,7 @@ class WorkerHandle:
             precision=self.precision,
             gpu_memory_fraction=self.gpu_memory_fraction,
             settings=self.settings.to_dict(),
+            report_modules=self.bytecode is not None and not bytecode.filled(self.bytecode),
         )
         threading.Thread(target=self._await_ready, daemon=True, name="kernelevolve-worker-prepare").start()
         return self
@@ -188,6 +196,9 @@ class WorkerHandle:
                 )
             else:
                 self.info, self.notes = msg.get("info") or {}, msg.get("notes", [])
+                modules = self.info.pop("module_files", None)
+                if modules and self.bytecode is not None:  # reported before any candidate ran
+                    self.filler = bytecode.fill(self.bytecode, modules)
                 # spawn to ready: the interpreter, torch's import and the worker's own steps
                 self.info["start_s"] = round(time.monotonic() - self._spawned, 3)
         self._ready.set()

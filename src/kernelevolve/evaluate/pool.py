@@ -43,12 +43,13 @@ def gpu_shares(settings: Settings, platform: str) -> tuple[float, float] | None:
     A set `gpu_memory_fraction` is both. Else a worker first gets 0.9 split over the pool's workers
     and spares, and over the `device_share` pools on the device (`kernelevolve bench --per-device`);
     a spec that needs more (an evaluation out of memory under that cap) gets 0.9 split over the
-    workers alone, since spares hold only their start-up's memory. None on the CPU."""
+    workers alone, since spares hold only their start-up's memory. None on the CPU. (Without spares
+    a pool holds at most `workers` processes: a worker starts when one is needed.)"""
     if settings.gpu_memory_fraction is not None:
         return settings.gpu_memory_fraction, settings.gpu_memory_fraction
     if platform in ("cuda", "rocm"):
         share, workers = max(1, settings.device_share), max(1, settings.workers)
-        first = round(0.9 / (share * (workers + max(1, settings.spares))), 3)
+        first = round(0.9 / (share * (workers + max(0, settings.spares))), 3)
         return first, max(first, round(0.9 / (share * workers), 3))
     return None
 

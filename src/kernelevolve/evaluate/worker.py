@@ -168,6 +168,10 @@ def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
     state.timer = platform.make_timer(device)
     steps["timer"] = time.perf_counter() - t
     state.info["prepare_s"] = time.perf_counter() - t0
+    if msg.get("report_modules"):  # for the engine's bytecode (bytecode.py): no candidate has run here
+        from kernelevolve.evaluate.bytecode import module_files
+
+        state.info["module_files"] = module_files()
     state.info["prepare_steps"] = {k: round(v, 3) for k, v in steps.items()}
     return state
 
@@ -332,6 +336,9 @@ def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: 
     if "compile" in state.baseline_errors:
         return
     try:
+        from torch._dynamo.utils import counters
+
+        before = dict(counters["inductor"])
         compiled = torch.compile(st.reference)
         forward_backward(
             compiled, trainable_inputs(probe, torch, st.grad_outputs is not None), st.grad_outputs, torch
@@ -339,6 +346,12 @@ def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: 
         if state.device.type == "cuda":
             torch.cuda.synchronize(state.device)
         st.compiled = compiled
+        # Whether the trusted cache served it (a hit costs ~2 s, a miss 10-20 s): the worker's log says.
+        cache = state.info.setdefault("compile_cache", {"hit": 0, "miss": 0})
+        for word in ("hit", "miss"):
+            cache[word] += counters["inductor"].get(f"fxgraph_cache_{word}", 0) - before.get(
+                f"fxgraph_cache_{word}", 0
+            )
     except Exception as exc:
         traceback.print_exc()  # the whole story, in the worker's log
         msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

@@ -393,8 +393,17 @@ class Engine:
             mode = self.ctx.settings.profile
             gpu = self.ctx.platform.name in ("cuda", "rocm")
             wanted = mode in ("torch", "ncu") or (mode == "auto" and gpu)
+            # Only while a later proposal can read the diagnosis: once the budget has paid for every
+            # candidate, a profile (10-20 s of the device's lease with ncu) would inform nothing.
+            later = _spent(tree) < self.limits.budget
             with self._lock:
-                if profile and wanted and node.source and self._profiled < self.ctx.settings.profile_budget:
+                if (
+                    profile
+                    and wanted
+                    and later
+                    and node.source
+                    and self._profiled < self.ctx.settings.profile_budget
+                ):
                     self._profiled += 1
                 else:
                     profile = False

@@ -1,0 +1,153 @@
+"""Candidates per device-minute, and where a candidate's time goes: `kernelevolve bench` over a few
+spec files, one or more versions of the harness side by side, on one device.
+
+    python benchmarks/throughput_gpu.py SPEC.py [SPEC.py ...] [--variant before=OLD/src]
+        [--variant after=src] [--budget 4] [--per-device 4] [--env KEY=VALUE] [--out FILE.json]
+
+Each variant runs the same bench (a fresh workspace, the offline tuner, the same budget and
+`--per-device`) from a fresh interpreter that imports kernelevolve from its `src` folder, so an old
+commit's code runs as it was (`git archive COMMIT src | tar -x -C DIR`). The variants run in turn, in
+the order given, each with the machine to itself, and each from a workspace that already holds the
+device's hardware profile (measured once, first), so that what is timed is the search. A bench cut
+off by `--timeout` still reports what it evaluated until then.
+
+Measured per variant: the bench's wall time; candidates evaluated (every evaluation the workspace
+recorded, the finish step's re-measurements included); candidates per minute of that wall time (the
+device is the bench's alone, so this is per device-minute); and, over the evaluations, the median of
+each start-up step a worker took before its candidate (`worker_start`, spawn to ready, and the steps
+`start:device`, `start:spec`, `start:compile_baseline`, `start:reference_outputs`, `start:timer`),
+of how long an evaluation waited for a prepared worker (`worker_wait`) and of its own phases.
+
+Prints one line per variant, then a table; `--out` writes everything as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = ("worker_wait", "worker_start", "start:device", "start:spec", "start:compile_baseline",
+         "start:reference_outputs", "start:timer", "lease", "compile", "first-run", "correctness", "timing")  # fmt: skip
+
+ROW_KEYS = ("name", "correct", "candidates", "speedup_vs_eager", "speedup_vs_compile", "wall_s", "message")
+
+
+def run_variant(name: str, src: Path, specs: list[Path], args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix=f"throughput-{name}-"))
+    folder = work / "specs"
+    folder.mkdir()
+    for spec in specs:
+        shutil.copy(spec, folder / spec.name)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(src.resolve())
+    env.update(dict(kv.split("=", 1) for kv in args.env))
+    cmd = [sys.executable, "-c", "from kernelevolve.cli import main; main()", "bench", str(folder), "--budget", str(args.budget),
+           "--per-device", str(args.per_device), "--workspace", str(work / "ws"), "--json"]  # fmt: skip
+    if args.profile_from:  # the device's hardware profile, measured once for every variant
+        shutil.copytree(args.profile_from, work / "ws")
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout, check=False)
+        rc, stdout, stderr = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as exc:  # what was evaluated until then still counts
+        rc, stdout, stderr = 124, "", _text(exc.stderr)
+    wall = time.monotonic() - t0
+    doc: dict[str, Any] = {}
+    try:
+        doc = json.loads(stdout)
+    except json.JSONDecodeError:
+        pass
+    phases: dict[str, list[float]] = {}
+    statuses: dict[str, int] = {}
+    db = work / "ws" / "kernelevolve.db"
+    evaluations = 0
+    if db.exists():
+        with sqlite3.connect(db) as conn:
+            for status, verdict_json in conn.execute("SELECT status, verdict_json FROM evaluations"):
+                evaluations += 1
+                statuses[status] = statuses.get(status, 0) + 1
+                for step, seconds in (json.loads(verdict_json).get("phases") or {}).items():
+                    if isinstance(seconds, int | float):
+                        phases.setdefault(step, []).append(float(seconds))
+    rows = doc.get("results") or []
+    return {
+        "variant": name,
+        "src": str(src),
+        "rc": rc,
+        "wall_s": round(wall, 1),
+        "specs": len(specs),
+        "rows": [{k: r.get(k) for k in ROW_KEYS} for r in rows],
+        "evaluations": evaluations,
+        "statuses": statuses,
+        "per_minute": round(evaluations / (wall / 60), 1) if wall > 0 else None,
+        "medians": {k: round(statistics.median(v), 2) for k, v in sorted(phases.items())},
+        "stderr_tail": stderr[-3000:] if rc else "",
+    }
+
+
+def _text(data: bytes | str | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
+
+
+def measure_profile(src: Path, extra_env: dict[str, str]) -> Path:
+    """A workspace holding this device's hardware profile, measured once."""
+    ws = Path(tempfile.mkdtemp(prefix="throughput-profile-")) / "ws"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update({**extra_env, "PYTHONPATH": str(src.resolve())})
+    code = (
+        "import sys; from pathlib import Path; from kernelevolve.config import Settings; "
+        "from kernelevolve.jobs import hardware_profile; from kernelevolve.platforms import select; "
+        "from kernelevolve.store import Workspace; s = Settings(workspace=Path(sys.argv[1])).validate(); "
+        "ws = Workspace.open(s.workspace); hardware_profile(select(s.platform), s, ws); ws.close()"
+    )
+    subprocess.run([sys.executable, "-c", code, str(ws)], env=env, check=True, timeout=600)
+    return ws
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("specs", nargs="+", type=Path)
+    ap.add_argument("--variant", action="append", default=[], help="NAME=SRC_FOLDER (default: now=src)")
+    ap.add_argument("--budget", type=int, default=4)
+    ap.add_argument("--per-device", type=int, default=4)
+    ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for every variant's bench")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per variant's bench")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    variants = [v.split("=", 1) for v in args.variant] or [["now", str(ROOT / "src")]]
+    args.profile_from = measure_profile(Path(variants[-1][1]), dict(kv.split("=", 1) for kv in args.env))
+    results = []
+    for name, src in variants:
+        r = run_variant(name, Path(src), args.specs, args)
+        results.append(r)
+        print(json.dumps({k: r[k] for k in ("variant", "rc", "wall_s", "evaluations", "per_minute",
+                                            "statuses", "medians")}), flush=True)  # fmt: skip
+        if r["rc"]:
+            print(r["stderr_tail"], file=sys.stderr)
+    if args.out:
+        args.out.write_text(json.dumps({"budget": args.budget, "per_device": args.per_device,
+                                        "env": args.env, "results": results}, indent=1))  # fmt: skip
+    print(
+        f"\n{'variant':<10} {'wall s':>7} {'cands':>6} {'per min':>8}  " + " ".join(f"{s:>10}" for s in STEPS)
+    )
+    for r in results:
+        med = r["medians"]
+        cells = " ".join(f"{med.get(s, float('nan')):>10.2f}" for s in STEPS)
+        print(
+            f"{r['variant']:<10} {r['wall_s']:>7.1f} {r['evaluations']:>6} {r['per_minute'] or 0:>8.1f}  {cells}"
+        )
+
+
+if __name__ == "__main__":
+    main()
