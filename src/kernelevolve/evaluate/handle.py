@@ -30,7 +30,7 @@ from typing import Any
 
 import kernelevolve
 from kernelevolve.errors import HarnessError, SpecError
-from kernelevolve.evaluate import bytecode
+from kernelevolve.evaluate import bytecode, compile_cache
 from kernelevolve.evaluate.lease import lease_dir
 from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.sandbox import kill_tree, sandbox_argv, scrub_env
@@ -89,6 +89,7 @@ class WorkerHandle:
         (self.dir / "tmp").mkdir()
         if self.trusted_cache is not None and self.trusted_cache.is_dir():
             shutil.copytree(self.trusted_cache, self.inductor_cache, symlinks=True)
+            compile_cache.relocate_groups(self.inductor_cache / "triton")
         env = scrub_env(dict(os.environ), self.dir)
         env.update(self.platform.worker_env())
         # The compile cache starts as a copy of the run's trusted one, so nothing in it may name the

@@ -25,6 +25,7 @@ from typing import Any
 
 from kernelevolve.config import Settings
 from kernelevolve.errors import HarnessError, SpecError
+from kernelevolve.evaluate import compile_cache
 from kernelevolve.evaluate.guards import StaticReport, check_source
 from kernelevolve.evaluate.handle import Outcome, WorkerHandle
 from kernelevolve.evaluate.verdict import Method, Status, Verdict
@@ -196,9 +197,13 @@ class EvaluatorPool:
                 self._top_up(self.settings.spares)
 
     def _save_trusted_cache(self, worker: WorkerHandle) -> None:
-        """The first prepared worker's compile cache, taken before it sees any candidate."""
+        """The first prepared worker's compile cache, taken before it sees any candidate; from later
+        ones, the Triton kernels they compiled that it lacks (`compile_cache.merge_new`)."""
         target = self.trusted_cache
-        if target is None or target.is_dir() or not worker.inductor_cache.is_dir():
+        if target is None or not worker.inductor_cache.is_dir():
+            return
+        if target.is_dir():
+            compile_cache.merge_new(worker.inductor_cache / "triton", target / "triton")
             return
         tmp = target.with_name(target.name + f".tmp{time.monotonic_ns()}")
         try:
