@@ -202,5 +202,7 @@ def test_flat_blocks_are_correct(tmp_path_factory: pytest.TempPathFactory) -> No
 def test_softmax_configs_are_correct(softmax_pool: EvaluatorPool, cfg: dict[str, object]) -> None:
     gen = c_codegen.generate(graph_for("softmax"), cfg)
     v = softmax_pool.evaluate_one(gen.source, "c_softmax.py", timing_budget_s=0.02)
-    assert v.status == Status.OK, v.message
+    # Correctness is what is asserted: 20 ms of timing on a shared 2-core machine can flag a speedup
+    # as implausible (an eager call slowed 20x by a neighbour), which is `suspicious`, still correct.
+    assert v.status in (Status.OK, Status.SUSPICIOUS), v.message
     assert v.correct is True

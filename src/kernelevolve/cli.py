@@ -381,6 +381,8 @@ def spec_cmd(
         out.print(
             f"  {s['name']} (weight {s['weight']:.2f}) {s['params']}: {', '.join(s['inputs'])} -> {', '.join(s['outputs']) or '?'}"
         )
+        if s.get("probe"):
+            out.print(f"    [dim]{escape(s['probe'])}[/]")
 
 
 def version_callback(value: bool) -> None:

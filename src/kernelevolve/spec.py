@@ -26,6 +26,10 @@ roofline's counts.
 Loading executes the spec file: specs are the user's own code and are trusted (candidates are not).
 Probing runs `get_inputs` and the reference on the `meta` device, so a large spec costs no memory and
 no compute here; where the meta device cannot run the reference, the worker checks it on the device.
+A `get_inputs` that needs its tensors' values (a jagged batch: lengths drawn at random, values sized
+by their sum, `int(lengths.sum())`) cannot run on `meta`: it is run for real on the CPU instead, and
+the reference too where the meta device cannot run it and the inputs are not large
+(`REAL_PROBE_BYTES`); `probe_notes` says so per shape (`kernelevolve spec` shows it).
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class Spec:
     inputs: dict[str, list[TensorInfo | str]] = field(default_factory=dict)
     outputs: dict[str, list[TensorInfo] | None] = field(default_factory=dict)
     param_bytes: dict[str, int | None] = field(default_factory=dict)
+    probe_notes: dict[str, str] = field(default_factory=dict)  # shapes not probed on meta alone, and why
     fingerprint: str = ""
 
     def shape(self, name: str) -> ShapeSpec:
@@ -130,6 +135,7 @@ class Spec:
                     "params": s.params,
                     "inputs": [str(t) for t in self.inputs.get(s.name, [])],
                     "outputs": [str(t) for t in (self.outputs.get(s.name) or [])],
+                    **({"probe": self.probe_notes[s.name]} if s.name in self.probe_notes else {}),
                 }
                 for s in self.shapes
             ],
@@ -327,17 +333,31 @@ def flatten_outputs(spec: Spec, out: Any) -> list[Any]:
     return outs
 
 
+def smallest_shape(spec: Spec) -> ShapeSpec:
+    """The shape with the smallest product of its numeric params: where a reference must run for real
+    (a jagged spec, whose inputs the meta device cannot make), the cheapest one to run."""
+    import math
+
+    def size(shape: ShapeSpec) -> float:
+        nums = [abs(float(v)) for v in shape.params.values() if isinstance(v, int | float) and v]
+        return math.prod(nums) if nums else 0.0
+
+    return min(spec.shapes, key=size)
+
+
 def _kw(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in params.items())
 
 
+REAL_PROBE_BYTES = 1 << 30  # a spec probed on the CPU runs its reference there only below this
+
+
 def _probe_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> None:
-    """Learn a shape's tensors on the meta device: no memory, no compute."""
+    """Learn a shape's tensors on the meta device (no memory, no compute), or on the CPU for real
+    where `get_inputs` needs values (`_probe_inputs`)."""
     import torch
 
-    with torch.random.fork_rng(devices=[]), torch.device("meta"):  # the caller's random state is left alone
-        torch.manual_seed(0)
-        inputs = call_get_inputs(spec, module, shape)
+    inputs = _probe_inputs(spec, module, shape)
     spec.inputs[shape.name] = [
         TensorInfo(
             list(x.shape),
@@ -363,10 +383,62 @@ def _probe_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> None:
             out = model(*[_meta_cast(spec, x) for x in inputs])
     except Exception:
         # Data-dependent ops cannot run on meta; the worker checks the outputs on the device.
-        spec.outputs[shape.name] = None
-        return
+        out = _real_outputs(spec, module, shape, inputs, init)
+        if out is None:
+            spec.outputs[shape.name] = None
+            return
     outs = flatten_outputs(spec, out)
     spec.outputs[shape.name] = [TensorInfo(list(o.shape), _dtype_name(o.dtype)) for o in outs]
+
+
+def _probe_inputs(spec: Spec, module: ModuleType, shape: ShapeSpec) -> list[Any]:
+    """get_inputs on the meta device; where it needs values there (`Tensor.item() cannot be called on
+    meta tensors`), on the CPU for real: the spec is trusted code, and its tensors' sizes are real.
+    The caller's random state is left alone; both draws use seed 0."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        try:
+            with torch.device("meta"):
+                return call_get_inputs(spec, module, shape)
+        except SpecError as meta_error:
+            torch.manual_seed(0)
+            with torch.device("cpu"):
+                inputs = call_get_inputs(spec, module, shape)  # a real failure is reported from here
+            reason = str(meta_error.__cause__ or meta_error).splitlines()[0][:160]
+            spec.probe_notes[shape.name] = (
+                f"get_inputs cannot run on the meta device ({reason}); its tensors were made on the CPU, "
+                "for real"
+            )
+            return inputs
+
+
+def _real_outputs(
+    spec: Spec, module: ModuleType, shape: ShapeSpec, inputs: list[Any], init: list[Any]
+) -> Any | None:
+    """The reference run on the CPU for its outputs' sizes, where the inputs were made there (a jagged
+    spec) and are not large; None otherwise (the worker checks the outputs on the device)."""
+    import torch
+
+    if shape.name not in spec.probe_notes:
+        return None
+    size = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    if size > REAL_PROBE_BYTES:
+        return None
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(0)
+            model = module.Model(*init)
+            if spec.dtype is not None:
+                model = model.to(getattr(torch, spec.dtype))
+            cast = [x.to(getattr(torch, spec.dtype)) if spec.dtype and isinstance(x, torch.Tensor)
+                    and x.is_floating_point() else x for x in inputs]  # fmt: skip
+            out = model(*cast)
+    except Exception:
+        return None
+    spec.probe_notes[shape.name] += "; so was the reference, for its outputs"
+    return out
 
 
 def _dtype_name(dtype: Any) -> str:

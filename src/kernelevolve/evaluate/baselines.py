@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from kernelevolve.evaluate.inputs import copy_into, make_inputs
+from kernelevolve.evaluate.inputs import PROBE_SEED, conform, copy_into, make_inputs
 from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.timing import Callee, TimingPlan, time_shape
 from kernelevolve.evaluate.worker import Prepared, ShapeState, forward_backward, trainable_inputs
@@ -24,7 +24,7 @@ def callee(
 
     if buffers is None:
         buffers = trainable_inputs(
-            make_inputs(state.spec, state.module, st.shape, 1, "spec", state.device),
+            make_inputs(state.spec, state.module, st.shape, PROBE_SEED, "spec", state.device),
             torch,
             state.spec.backward,
         )
@@ -56,8 +56,9 @@ def time_baselines(state: Prepared, msg: dict[str, Any], chan: Channel) -> list[
         for k, st in enumerate(state.shapes):
             callees = baseline_callees(state, st)
 
-            def fresh(seed: int, st: ShapeState = st) -> list[Any]:
-                return make_inputs(state.spec, state.module, st.shape, seed, "spec", state.device)
+            def fresh(seed: int, st: ShapeState = st, like: list[Any] = callees[0].buffers) -> list[Any]:
+                drawn = make_inputs(state.spec, state.module, st.shape, seed, "spec", state.device)
+                return conform(drawn, like)  # a jagged spec's draws vary in size
 
             timing = time_shape(
                 callees,

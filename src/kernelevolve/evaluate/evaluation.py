@@ -35,7 +35,14 @@ from typing import Any
 
 from kernelevolve.evaluate.baselines import baseline_callees, callee
 from kernelevolve.evaluate.correctness import compare, same_bits, tolerance_for
-from kernelevolve.evaluate.inputs import DISTRIBUTIONS, copy_into, make_inputs, make_model, share_weights
+from kernelevolve.evaluate.inputs import (
+    DISTRIBUTIONS,
+    conform,
+    copy_into,
+    make_inputs,
+    make_model,
+    share_weights,
+)
 from kernelevolve.evaluate.inputs import digest as input_digest
 from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.runtime import Integrity, OpRecorder, new_threads, python_threads
@@ -471,8 +478,11 @@ class _Evaluation:
     def _time_shape(self, st: ShapeState, plan: TimingPlan) -> ShapeTiming:
         tol = self._tolerance[st.shape.name]
 
-        def fresh(seed: int) -> list[Any]:
-            return make_inputs(self.spec, self.state.module, st.shape, seed, "spec", self.state.device)
+        callees = self._callees(st)
+
+        def fresh(seed: int) -> list[Any]:  # in the buffers' sizes, for a jagged spec (`conform`)
+            drawn = make_inputs(self.spec, self.state.module, st.shape, seed, "spec", self.state.device)
+            return conform(drawn, callees[-1].buffers)
 
         def check(pristine: list[Any], snap: list[Any]) -> str | None:
             return self._check_timed(st, pristine, snap, tol)
@@ -480,9 +490,7 @@ class _Evaluation:
         def audit(buffers: list[Any]) -> list[Violation]:
             return self._audit(st, buffers)
 
-        return time_shape(
-            self._callees(st), self.state.timer, plan, fresh, copy_into, check, audit, self.torch
-        )
+        return time_shape(callees, self.state.timer, plan, fresh, copy_into, check, audit, self.torch)
 
     def finish(self) -> None:
         v, settings = self.verdict, self.settings

@@ -46,6 +46,11 @@ def correctness_cases(spec: Spec, seeds: int) -> list[Case]:
     ]
 
 
+# The draw whose sizes a shape is counted (FLOPs, bytes) and timed at: for a jagged spec every seed's
+# sizes differ, and the roofline's bytes are those of the timed calls (`conform`).
+PROBE_SEED = 7
+
+
 def make_inputs(
     spec: Spec, module: ModuleType, shape: ShapeSpec, seed: int, distribution: str, device: Any
 ) -> list[Any]:
@@ -123,6 +128,35 @@ def digest(values: list[Any]) -> list[tuple[object, ...]]:
             out.append((tuple(v.shape), str(v.dtype), *sums))
         else:
             out.append((repr(v),))
+    return out
+
+
+def conform(values: list[Any], like: list[Any]) -> list[Any]:
+    """A fresh draw in the sizes of `like`, the buffers it will be copied into. A jagged spec's draws
+    differ in size from seed to seed (lengths drawn at random, values sized by their sum); a timed
+    round still needs new contents at the same addresses. So where any size differs, every integer
+    tensor (the structure: lengths, offsets, indices, even those whose size did not change) keeps
+    `like`'s values, consistent with the sizes of the rest, and every floating one is `like`'s shape
+    filled with the draw's own values (cut, or repeated where the draw is shorter): new contents every
+    round, from the spec's own distribution."""
+    import torch
+
+    pairs = list(zip(values, like, strict=True))
+    tensors = [(v, r) for v, r in pairs if isinstance(v, torch.Tensor) and isinstance(r, torch.Tensor)]
+    if all(v.shape == r.shape for v, r in tensors):
+        return list(values)
+    out = []
+    for v, ref in pairs:
+        if isinstance(v, torch.Tensor) and isinstance(ref, torch.Tensor):
+            if v.shape == ref.shape and v.is_floating_point():
+                pass  # fresh values of the same size
+            elif v.is_floating_point() and v.numel() > 0 and ref.numel() > 0:
+                flat = v.detach().reshape(-1)
+                times = -(-ref.numel() // flat.numel())
+                v = (flat.repeat(times) if times > 1 else flat)[: ref.numel()].reshape(ref.shape)
+            else:
+                v = ref.detach().clone()
+        out.append(v)
     return out
 
 

@@ -177,7 +177,13 @@ def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
 
 
 def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
-    from kernelevolve.evaluate.inputs import check_footprint, correctness_cases, make_inputs, make_model
+    from kernelevolve.evaluate.inputs import (
+        PROBE_SEED,
+        check_footprint,
+        correctness_cases,
+        make_inputs,
+        make_model,
+    )
     from kernelevolve.spec import flatten_outputs, import_spec_module, load_spec
 
     spec = load_spec(path, probe=True)
@@ -190,7 +196,7 @@ def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
     for shape in spec.shapes:
         ref = make_model(spec, module, module.Model, shape, state.device)
         st = ShapeState(shape=shape, reference=ref)
-        probe = make_inputs(spec, module, shape, seed=7, distribution="spec", device=state.device)
+        probe = make_inputs(spec, module, shape, seed=PROBE_SEED, distribution="spec", device=state.device)
         probes[shape.name] = probe
         if spec.backward:
             with torch.no_grad():

@@ -8,7 +8,14 @@ costs no device time and no memory: tensors on `meta` have shapes only.
 
 from __future__ import annotations
 
-from kernelevolve.spec import Spec, call_get_init_inputs, call_get_inputs, import_spec_module
+from kernelevolve.spec import (
+    ShapeSpec,
+    Spec,
+    call_get_init_inputs,
+    call_get_inputs,
+    import_spec_module,
+    smallest_shape,
+)
 
 RULES: tuple[tuple[str, frozenset[str]], ...] = (
     ("attention", frozenset({"_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
@@ -41,7 +48,16 @@ def classify(ops: list[str]) -> str:
 
 
 def aten_ops(spec: Spec) -> list[str]:
-    """The aten op names the reference dispatches at the spec's first shape, on the meta device."""
+    """The aten op names the reference dispatches at the spec's first shape, on the meta device; where
+    the meta device cannot run it (a jagged spec's `get_inputs` needs values), on the CPU at its
+    smallest shape."""
+    try:
+        return _record(spec, "meta", spec.shapes[0])
+    except Exception:
+        return _record(spec, "cpu", smallest_shape(spec))
+
+
+def _record(spec: Spec, device: str, shape: ShapeSpec) -> list[str]:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -53,8 +69,8 @@ def aten_ops(spec: Spec) -> list[str]:
             return func(*args, **(kwargs or {}))
 
     module = import_spec_module(spec.path)
-    shape = spec.shapes[0]
-    with torch.device("meta"):
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(0)
         inputs = call_get_inputs(spec, module, shape)
         model = module.Model(*call_get_init_inputs(spec, module, shape))
     with Recorder(), torch.no_grad():
@@ -65,7 +81,7 @@ def aten_ops(spec: Spec) -> list[str]:
 def spec_pattern(spec: Spec) -> str:
     try:
         return classify(aten_ops(spec))
-    except Exception:  # data-dependent references cannot run on meta: no pattern, not an error
+    except Exception:  # a reference that runs nowhere here: no pattern, not an error
         return ""
 
 

@@ -21,14 +21,20 @@ equals the spec's; the offline tuner offers them beside its generated templates.
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernelevolve.knowledge.docs import DOCS_DIR, builtin_docs
-from kernelevolve.spec import Spec, call_get_init_inputs, call_get_inputs, import_spec_module, load_spec
+from kernelevolve.spec import (
+    Spec,
+    call_get_init_inputs,
+    call_get_inputs,
+    import_spec_module,
+    load_spec,
+    smallest_shape,
+)
 
 Signature = tuple[Any, ...]
 _CACHE: dict[tuple[str, str], Signature | None] = {}
@@ -46,14 +52,6 @@ class Sample:
     @property
     def source(self) -> str:
         return self.kernel.read_text()
-
-
-def _smallest_shape(spec: Spec) -> Any:
-    def size(shape: Any) -> float:
-        nums = [abs(float(v)) for v in shape.params.values() if isinstance(v, int | float) and v]
-        return math.prod(nums) if nums else 0.0
-
-    return min(spec.shapes, key=size)
 
 
 def _modes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -85,7 +83,7 @@ def _record(spec: Spec, device: str) -> Signature:
             return func(*args, **(kwargs or {}))
 
     module = import_spec_module(spec.path)
-    shape = spec.shapes[0] if device == "meta" else _smallest_shape(spec)
+    shape = spec.shapes[0] if device == "meta" else smallest_shape(spec)
     torch.manual_seed(0)
     with torch.device(device):
         inputs = call_get_inputs(spec, module, shape)
