@@ -75,7 +75,7 @@ def folder() -> Path | None:
     if not needed():
         return None
     base = root()
-    path = base / f"{sys.implementation.cache_tag}-{_digest(sys.prefix)}"
+    path = base / f"{sys.implementation.cache_tag}-{_digest(sys.prefix + ' ' + _versions())}"
     try:
         for p in (base.parent, base, path):
             p.mkdir(mode=0o700, exist_ok=True)
@@ -141,6 +141,20 @@ def _beneath(path: Path, roots: list[Path]) -> bool:
     except OSError:
         return False
     return any(resolved.is_relative_to(r) for r in roots)
+
+
+def _versions() -> str:
+    """The packages whose modules fill the folder: an upgrade gets a new one (Python would ignore stale
+    bytecode anyway, but the old folder, marked filled, would never be filled again)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in ("torch", "triton", "kernelevolve"):
+        try:
+            found.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            continue
+    return " ".join(found)
 
 
 def _digest(text: str) -> str:
