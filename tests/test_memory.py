@@ -181,9 +181,9 @@ def test_a_digest_sees_a_permutation_and_large_values_keep_digests_not_copies(
     monkeypatch.setattr(evaluation, "LARGE_OUTPUT_BYTES", 1024)
     keepsake = _keepsake([x, 3], torch)
     assert isinstance(keepsake, _Digests)  # no copy of a large input
-    assert _changed_at([x, 3], keepsake, torch) == [None, None]
+    assert _changed_at([x, 3], keepsake, torch) == []
     x.copy_(x.flip(0))  # a candidate that sorts or reverses its input in place
-    assert _changed_at([x, 3], keepsake, torch) == [0, None]
+    assert _changed_at([x, 3], keepsake, torch) == [0]
     small = _keepsake([torch.ones(2)], torch)
     assert isinstance(small, list)  # small ones are copied and compared bit for bit
 

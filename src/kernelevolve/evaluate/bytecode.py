@@ -23,6 +23,7 @@ it, and Python finds it beside the sources, where no worker may write either.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import shutil
@@ -56,6 +57,7 @@ for f in files:
 """
 
 
+@functools.cache  # asked at every worker's start; the installation does not change under a process
 def needed() -> bool:
     """Whether this installation lacks bytecode beside its sources (torch's, read as the sign)."""
     spec = importlib.util.find_spec("torch")
@@ -143,6 +145,7 @@ def _beneath(path: Path, roots: list[Path]) -> bool:
     return any(resolved.is_relative_to(r) for r in roots)
 
 
+@functools.cache
 def _versions() -> str:
     """The packages whose modules fill the folder: an upgrade gets a new one (Python would ignore stale
     bytecode anyway, but the old folder, marked filled, would never be filled again)."""

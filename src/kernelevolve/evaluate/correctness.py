@@ -160,17 +160,33 @@ def compare(out: Any, ref: Any, tol: Tolerance, what: str = "output", device: An
         return Comparison(False, "nan-inf", f"{what} has {bad} NaN/inf elements of {out.numel()}")
     diff_norm = math.sqrt(diff_sq)
     rel_norm = diff_norm / ref_norm if ref_norm > 0 else diff_norm
+    return _judged(what, tol, n_over, f"{out.numel()} elements", max_abs, max_rel, rel_norm, "")
+
+
+def _judged(
+    what: str,
+    tol: Tolerance,
+    n_over: int,
+    of: str,
+    max_abs: float,
+    max_rel: float,
+    rel_norm: float,
+    about: str,
+) -> Comparison:
+    """The verdict on the measured errors: elements outside the tolerance fail as `values`, a norm
+    error above it as `precision`. `of` names what was judged (all elements, or a sample), `about`
+    qualifies an estimated norm error."""
     cmp = Comparison(True, max_abs_err=max_abs, max_rel_err=max_rel, rel_norm_err=rel_norm)
     if n_over:
         cmp.passed, cmp.check = False, "values"
         cmp.message = (
-            f"{what}: {n_over} of {out.numel()} elements outside atol={tol.atol:g}*rms + rtol={tol.rtol:g}*|ref| "
-            f"(max abs err {max_abs:.3g}, max rel err {max_rel:.3g}, rel norm err {rel_norm:.3g})"
+            f"{what}: {n_over} of {of} outside atol={tol.atol:g}*rms + rtol={tol.rtol:g}*|ref| "
+            f"(max abs err {max_abs:.3g}, max rel err {max_rel:.3g}, rel norm err {about}{rel_norm:.3g})"
         )
     elif rel_norm > tol.rel_norm:
         cmp.passed, cmp.check = False, "precision"
         cmp.message = (
-            f"{what}: relative norm error {rel_norm:.3g} exceeds {tol.rel_norm:g} "
+            f"{what}: relative norm error {about}{rel_norm:.3g} exceeds {tol.rel_norm:g} "
             f"(max abs err {max_abs:.3g}); this is the signature of lower-precision arithmetic"
         )
     return cmp
@@ -207,21 +223,10 @@ def _compare_sampled(out: Any, ref: Sampled, tol: Tolerance, what: str) -> Compa
     # ||out - ref|| estimated from the sample: its mean square, over every element
     diff_norm = math.sqrt(float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2 * out.numel() / k)
     rel_norm = diff_norm / ref.norm if ref.norm > 0 else diff_norm
-    cmp = Comparison(True, max_abs_err=max_abs, max_rel_err=max_rel, rel_norm_err=rel_norm)
     n_over = int((diff > ref_abs.mul_(tol.rtol).add_(tol.atol * rms)).sum())
-    if n_over:
-        cmp.passed, cmp.check = False, "values"
-        cmp.message = (
-            f"{what}: {n_over} of {k} sampled elements outside atol={tol.atol:g}*rms + rtol={tol.rtol:g}*|ref| "
-            f"(max abs err {max_abs:.3g}, max rel err {max_rel:.3g}, rel norm err about {rel_norm:.3g})"
-        )
-    elif rel_norm > tol.rel_norm:
-        cmp.passed, cmp.check = False, "precision"
-        cmp.message = (
-            f"{what}: relative norm error about {rel_norm:.3g} (from {k} sampled elements) exceeds "
-            f"{tol.rel_norm:g} (max abs err {max_abs:.3g}); this is the signature of lower-precision arithmetic"
-        )
-    return cmp
+    return _judged(
+        what, tol, n_over, f"{k} sampled elements", max_abs, max_rel, rel_norm, f"about (from {k} samples) "
+    )
 
 
 def same_bits(a: Any, b: Any) -> bool:

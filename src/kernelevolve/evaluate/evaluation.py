@@ -48,14 +48,8 @@ from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.runtime import Integrity, OpRecorder, new_threads, python_threads
 from kernelevolve.evaluate.sandbox import descendants
 from kernelevolve.evaluate.timing import LARGE_OUTPUT_BYTES, Callee, ShapeTiming, TimingPlan, time_shape
-from kernelevolve.evaluate.verdict import (
-    Method,
-    ShapeResult,
-    Status,
-    Verdict,
-    Violation,
-)
-from kernelevolve.evaluate.worker import Prepared, ShapeState, forward_backward, trainable_inputs
+from kernelevolve.evaluate.verdict import Method, ShapeResult, Status, Verdict, Violation
+from kernelevolve.evaluate.worker import Prepared, ShapeState, forward_backward, peak_memory, trainable_inputs
 from kernelevolve.profile.roofline import flop_class, roofline
 
 COMPILE_ERRORS = (
@@ -115,20 +109,6 @@ def evaluate(state: Prepared, msg: dict[str, Any], chan: Channel) -> Verdict:
     ev.verdict.phases = ev.phases
     ev.verdict.method.peak_memory_bytes = peak_memory(state)
     return ev.verdict
-
-
-def peak_memory(state: Prepared) -> int | None:
-    """The worker's peak so far: allocated device memory on a GPU, resident memory on the CPU."""
-    try:
-        if state.device.type == "cuda":
-            import torch
-
-            return int(torch.cuda.max_memory_allocated(state.device))
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-    except Exception:
-        return None
 
 
 class _Evaluation:
@@ -412,19 +392,18 @@ class _Evaluation:
                 if snapshot is not None:
                     time.sleep(0.005)
                     self.sync()
-                    if _changed(outs, snapshot, torch):
+                    if _changed_at(outs, snapshot, torch):
                         raise Failed(
                             Status.GUARD_VIOLATION,
                             "the output changed after forward returned: work continued in the background",
                             [Violation("late-write", "output changed after return")],
                         )
                 for j in _changed_at(inputs, pristine, torch):
-                    if j is not None:
-                        raise Failed(
-                            Status.INCORRECT,
-                            f"shape {st.shape.name!r}: input {j} was modified by the candidate",
-                            [Violation("input-mutation", f"input {j} modified")],
-                        )
+                    raise Failed(
+                        Status.INCORRECT,
+                        f"shape {st.shape.name!r}: input {j} was modified by the candidate",
+                        [Violation("input-mutation", f"input {j} modified")],
+                    )
                 failure = self._compare(outs, cs.ref_outputs, tol, st, result)
                 result.trials = i + 1
                 if failure:
@@ -573,7 +552,7 @@ class _Evaluation:
         torch = self.torch
         blocks = []
         for o in like:
-            for _ in range(2 if o_bytes(o) <= LARGE_OUTPUT_BYTES else 1):
+            for _ in range(2 if _nbytes(o) <= LARGE_OUTPUT_BYTES else 1):
                 t = torch.empty(o.shape, dtype=o.dtype, device=self.state.device)
                 t.fill_(float("nan") if o.is_floating_point() else -7)
                 blocks.append(t)
@@ -666,7 +645,7 @@ def _refill(held: list[Any], fresh: list[Any], torch: Any) -> bool:
     return True
 
 
-def o_bytes(o: Any) -> int:
+def _nbytes(o: Any) -> int:
     """Bytes of a tensor or of what a `Sampled` reference stands for."""
     return math.prod(o.shape) * o.dtype.itemsize
 
@@ -687,17 +666,15 @@ def _keepsake(values: list[Any], torch: Any) -> list[Any] | _Digests:
     return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _changed_at(values: list[Any], keepsake: list[Any] | _Digests, torch: Any) -> list[int | None]:
-    """Per value, its index where it differs from its keepsake, else None."""
+def _changed_at(values: list[Any], keepsake: list[Any] | _Digests, torch: Any) -> list[int]:
+    """The indices of the tensors among `values` that differ from their keepsake."""
     if isinstance(keepsake, _Digests):
         now = input_digest(values)
-        return [j if isinstance(v, torch.Tensor) and now[j] != keepsake.digests[j] else None
-                for j, v in enumerate(values)]  # fmt: skip
+        return [
+            j for j, v in enumerate(values) if isinstance(v, torch.Tensor) and now[j] != keepsake.digests[j]
+        ]
     return [
-        j if isinstance(v, torch.Tensor) and not same_bits(v.detach(), k) else None
+        j
         for j, (v, k) in enumerate(zip(values, keepsake, strict=True))
+        if isinstance(v, torch.Tensor) and not same_bits(v.detach(), k)
     ]
-
-
-def _changed(values: list[Any], keepsake: list[Any] | _Digests, torch: Any) -> bool:
-    return any(j is not None for j in _changed_at(values, keepsake, torch))

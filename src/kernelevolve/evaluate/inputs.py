@@ -147,15 +147,15 @@ def conform(values: list[Any], like: list[Any]) -> list[Any]:
         return list(values)
     out = []
     for v, ref in pairs:
-        if isinstance(v, torch.Tensor) and isinstance(ref, torch.Tensor):
-            if v.shape == ref.shape and v.is_floating_point():
-                pass  # fresh values of the same size
-            elif v.is_floating_point() and v.numel() > 0 and ref.numel() > 0:
+        if isinstance(v, torch.Tensor) and isinstance(ref, torch.Tensor) and v.shape != ref.shape:
+            if v.is_floating_point() and v.numel() > 0 and ref.numel() > 0:
                 flat = v.detach().reshape(-1)
                 times = -(-ref.numel() // flat.numel())
                 v = (flat.repeat(times) if times > 1 else flat)[: ref.numel()].reshape(ref.shape)
             else:
                 v = ref.detach().clone()
+        elif isinstance(v, torch.Tensor) and isinstance(ref, torch.Tensor) and not v.is_floating_point():
+            v = ref.detach().clone()  # the structure: `like`'s, consistent with the sizes kept
         out.append(v)
     return out
 

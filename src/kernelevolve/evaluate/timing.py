@@ -226,12 +226,8 @@ def summarize(times: list[float], blocks: int = 5) -> TimeStats:
     ordered = sorted(times)
     n = len(ordered)
     med = statistics.median(ordered)
-    block_medians_ = block_medians(times, blocks)
-    spread = (
-        (max(block_medians_) - min(block_medians_)) / (2 * med)
-        if med > 0 and len(block_medians_) > 1
-        else 0.0
-    )
+    medians = block_medians(times, blocks)
+    spread = (max(medians) - min(medians)) / (2 * med) if med > 0 and len(medians) > 1 else 0.0
     q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive") if n > 1 else (med, med, med)
     return TimeStats(
         median_s=med,

@@ -249,11 +249,22 @@ def _memory_mark(state: Prepared, torch: Any) -> int:
 
 def _memory_peak(state: Prepared, torch: Any, start: int) -> int:
     """Bytes the work since `_memory_mark` needed at its peak, beyond what was held before."""
-    if state.device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(state.device)) - start
-    import resource
+    return max(0, (peak_memory(state) or 0) - start)
 
-    return max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - start)
+
+def peak_memory(state: Prepared) -> int | None:
+    """The peak so far (since the last `_memory_mark` on a GPU): allocated device memory on a GPU, the
+    process's resident size on the CPU."""
+    try:
+        if state.device.type == "cuda":
+            import torch
+
+            return int(torch.cuda.max_memory_allocated(state.device))
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    except Exception:
+        return None
 
 
 def _gpu_lease(state: Prepared) -> Any:
@@ -352,7 +363,8 @@ def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: 
         if state.device.type == "cuda":
             torch.cuda.synchronize(state.device)
         st.compiled = compiled
-        # Whether the trusted cache served it (a hit costs ~2 s, a miss 10-20 s): the worker's log says.
+        # Whether the trusted cache served it: the ready info's `compile_cache` says (a miss costs several
+        # times a hit; benchmarks/results/2026-11-25-h100-throughput.md).
         cache = state.info.setdefault("compile_cache", {"hit": 0, "miss": 0})
         for word in ("hit", "miss"):
             cache[word] += counters["inductor"].get(f"fxgraph_cache_{word}", 0) - before.get(
