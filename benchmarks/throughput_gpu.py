@@ -18,7 +18,8 @@ each start-up step a worker took before its candidate (`worker_start`, spawn to 
 `start:device`, `start:spec`, `start:compile_baseline`, `start:reference_outputs`, `start:timer`),
 of how long an evaluation waited for a prepared worker (`worker_wait`) and of its own phases.
 
-Prints one line per variant, then a table; `--out` writes everything as JSON.
+Prints one line per variant, then a table; `--out` writes everything as JSON, and beside it each
+variant's workspace database (OUT-VARIANT.db).
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def run_variant(name: str, src: Path, specs: list[Path], args: argparse.Namespac
                     if isinstance(seconds, int | float):
                         phases.setdefault(step, []).append(float(seconds))
     rows = doc.get("results") or []
+    if args.out and db.exists():  # every evaluation's phases and time, for a timeline
+        shutil.copy(db, args.out.parent / f"{args.out.stem}-{name}.db")
     return {
         "variant": name,
         "src": str(src),

@@ -419,7 +419,7 @@ def test_several_devices_take_one_spec_each_at_a_time(tmp_path: Path) -> None:
     import threading
     import time
 
-    from kernelevolve.bench.runner import _schedule
+    from kernelevolve.bench.schedule import schedule as _schedule
     from tests.conftest import cpu_settings
 
     seen: list[tuple[int, int]] = []
@@ -471,7 +471,7 @@ def _most_at_once(calls: list[tuple[int, int, float, float, int]], device: int |
 
 
 def test_per_device_runs_several_specs_at_once_on_one_device(tmp_path: Path) -> None:
-    from kernelevolve.bench.runner import _schedule
+    from kernelevolve.bench.schedule import schedule as _schedule
     from tests.conftest import cpu_settings
 
     one, calls = _recording()
@@ -487,7 +487,7 @@ def test_per_device_runs_several_specs_at_once_on_one_device(tmp_path: Path) -> 
 
 
 def test_per_device_with_two_devices_runs_two_specs_on_each(tmp_path: Path) -> None:
-    from kernelevolve.bench.runner import _schedule
+    from kernelevolve.bench.schedule import schedule as _schedule
     from tests.conftest import cpu_settings
 
     one, calls = _recording()
@@ -501,7 +501,7 @@ def test_per_device_with_two_devices_runs_two_specs_on_each(tmp_path: Path) -> N
 def test_per_device_splits_each_devices_memory_over_its_pools(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from kernelevolve.bench.runner import _pinned
+    from kernelevolve.bench.schedule import pinned as _pinned
     from kernelevolve.evaluate.pool import gpu_shares
     from tests.conftest import cpu_settings
 
@@ -603,7 +603,7 @@ def test_ctrl_c_reaches_the_runs_in_the_bench_threads(tmp_path: Path) -> None:
     import threading
     import time
 
-    from kernelevolve.bench.runner import _schedule
+    from kernelevolve.bench.schedule import schedule as _schedule
     from tests.conftest import cpu_settings
 
     interrupt = threading.Event()
@@ -632,3 +632,99 @@ def test_ctrl_c_reaches_the_runs_in_the_bench_threads(tmp_path: Path) -> None:
         signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - asked < 30
     assert sorted(started) == [0, 1] and sorted(stopped) == [0, 1]  # both runs stopped; no new one began
+
+
+# -- a device's memory, granted run by run -------------------------------------------------------------
+
+
+def test_device_memory_grants_wishes_and_keeps_a_large_spec_first_in_line() -> None:
+    import threading
+    import time
+
+    from kernelevolve.bench.schedule import DeviceMemory
+
+    gib = 2**30
+    ledger = DeviceMemory(usable=70 * gib, total=80 * gib)
+    stop = threading.Event()
+    a = ledger.acquire(5 * gib, 15 * gib, stop)  # small: its wish
+    b = ledger.acquire(5 * gib, 15 * gib, stop)
+    assert (a, b, ledger.granted) == (15 * gib, 15 * gib, 30 * gib)
+    assert ledger.share(a) == pytest.approx(0.9 * 80 / 15)  # 90% of the device over the grant
+    got: dict[str, int | None] = {}
+
+    def ask(name: str, need: int, wish: int) -> None:
+        got[name] = ledger.acquire(need, wish, stop)
+
+    big = threading.Thread(target=ask, args=("big", 50 * gib, 50 * gib))  # 40 GiB left: must wait
+    big.start()
+    time.sleep(0.3)
+    small = threading.Thread(target=ask, args=("small", 5 * gib, 5 * gib))  # fits, but is behind it
+    small.start()
+    time.sleep(0.3)
+    assert got == {}
+    ledger.release(a)  # 55 GiB left: the large one goes first, then the small one fits beside it
+    big.join(5)
+    small.join(5)
+    assert got == {"big": 50 * gib, "small": 5 * gib}
+    for grant in (b, 50 * gib, 5 * gib):
+        ledger.release(grant)
+    assert (ledger.granted, ledger.running) == (0, 0)
+    # Too large for the idle device: it gets all of it (a share of 1, its memory plan then refuses it
+    # with the device's numbers); and nothing else runs beside it.
+    whole = ledger.acquire(90 * gib, 90 * gib, stop)
+    assert whole == 70 * gib and ledger.share(whole) == 1.0
+    stop.set()
+    assert ledger.acquire(1 * gib, 1 * gib, stop) is None  # a bench stopped while this one waited
+    # With an even split of 35 GiB (two runs a device), a small spec gets that rather than its wish.
+    halves = DeviceMemory(usable=70 * gib, total=80 * gib, fair=35 * gib)
+    assert [halves.acquire(5 * gib, 15 * gib, threading.Event()) for _ in range(2)] == [35 * gib] * 2
+
+
+def test_per_device_runs_as_many_specs_as_the_devices_memory_holds(tmp_path: Path) -> None:
+    """Three specs per device at most; a spec too large to sit beside the others runs alone, none is
+    refused for the others' sake, and the grants never exceed the device's usable memory."""
+    import threading
+    import time
+
+    from kernelevolve.bench.schedule import schedule
+    from tests.conftest import cpu_settings
+
+    gib = 2**30
+    needs = [2, 2, 30, 2, 2, 45, 2, 2]  # GiB per worker; the pools would like three workers' worth
+    shares: dict[int, float] = {}
+    running: dict[int, int] = {}
+    most: list[float] = []
+    lock = threading.Lock()
+
+    def one(i: int, settings: Any) -> None:
+        granted = 0.9 * 100 * gib / settings.device_share
+        with lock:
+            shares[i] = settings.device_share
+            running[i] = int(granted)
+            most.append(sum(running.values()))
+            assert len(running) <= 3
+        time.sleep(0.15)
+        with lock:
+            del running[i]
+
+    def demand(i: int) -> tuple[int, int]:
+        return needs[i] * gib, 3 * needs[i] * gib
+
+    schedule(one, len(needs), cpu_settings(tmp_path), None, per_device=3, demand=demand,
+             memory=lambda d: (100 * gib, 100 * gib))  # fmt: skip
+    assert sorted(shares) == list(range(len(needs)))  # every spec ran
+    assert max(most) <= 90 * gib * 1.001  # never more than the usable memory granted at once
+    assert shares[0] == pytest.approx(3)  # a small spec: the even split (30 GiB), more than its wish (6)
+    for i in (2, 5):  # the large ones: less than their wish (90 and 135 GiB), at least one worker's
+        assert needs[i] <= 90 / shares[i] < 3 * needs[i]
+
+
+def test_a_bench_without_the_devices_memory_splits_it_evenly(tmp_path: Path) -> None:
+    from kernelevolve.bench.schedule import schedule
+    from tests.conftest import cpu_settings
+
+    one, calls = _recording(0.05)
+    schedule(
+        one, 4, cpu_settings(tmp_path), None, per_device=2, demand=lambda i: (1, 3), memory=lambda d: None
+    )
+    assert {share for *_, share in calls} == {2}

@@ -55,6 +55,49 @@ def test_a_spec_that_cannot_make_its_inputs_anywhere_still_says_why(tmp_path: Pa
         load_spec(bad)
 
 
+DROP_PATH_SPEC = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, depth: int = 4, dim: int = 64):
+        super().__init__()
+        rates = [x.item() for x in torch.linspace(0, 0.1, depth)]  # values: not on the meta device
+        self.blocks = nn.ModuleList(nn.Linear(dim, dim) for _ in rates)
+        self.rates = rates
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+def get_inputs():
+    return [torch.randn(8, 64)]
+
+def get_init_inputs():
+    return [4, 64]
+"""
+
+
+def test_a_model_whose_constructor_needs_values_is_built_on_the_cpu_and_counted(tmp_path: Path) -> None:
+    """KernelBench level 3's 29_SwinMLP and 30_SwinTransformerV2 read a drop-path schedule with
+    `.item()` while they are built: the probe builds such a model on the CPU, moves it to meta, and
+    counts its parameters and outputs as for any other spec."""
+    path = tmp_path / "drop_path.py"
+    path.write_text(DROP_PATH_SPEC)
+    spec = load_spec(path)
+    note = spec.probe_notes["default"]
+    assert "Model(*get_init_inputs()) cannot run on the meta device" in note and "built on the CPU" in note
+    params = 4 * (64 * 64 + 64) * 4
+    assert spec.footprint_bytes("default") == params + 2 * 8 * 64 * 4  # weights, the input, the output
+    broken = tmp_path / "broken.py"
+    broken.write_text(DROP_PATH_SPEC.replace("super().__init__()", "super().__init__(); undefined_name"))
+    from kernelevolve.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"Model.*raised NameError"):
+        load_spec(broken)
+
+
 def test_timing_draws_keep_the_buffers_sizes_and_stay_consistent() -> None:
     def draw(seed: int) -> list[torch.Tensor]:
         torch.manual_seed(seed)

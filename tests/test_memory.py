@@ -69,16 +69,21 @@ def test_the_plan_lowers_workers_on_a_gpu_and_refuses_what_one_cannot_hold() -> 
     settings = cpu_settings(Path("/nonexistent"), workers=2, spares=1, gpu_memory_fraction=None)
     h100 = (79 * GIB, 80 * GIB)
     small = memory.plan(_fake_spec(1 * GIB), cuda, settings, h100)
-    assert (small.workers, small.spares, small.note) == (2, 1, "")  # 3 x 5 GiB fit easily
+    assert (small.workers, small.spares, small.note) == (2, 1, "")  # 3 x 6 GiB fit easily
     softmax = memory.plan(_fake_spec(12 * GIB), cuda, settings, h100)  # level1 23_Softmax: 6 + 6 GiB
-    assert softmax.need_bytes == 3 * 12 * GIB + 2 * GIB
+    assert softmax.need_bytes == 4 * 12 * GIB + 2 * GIB
     assert (softmax.workers, softmax.spares) == (1, 0) and "1 worker(s) and 0 spare(s)" in softmax.note
-    with pytest.raises(SpecError, match=r"needs about 122\.0 GiB.*71\.1 GiB of the device") as exc:
+    with pytest.raises(SpecError, match=r"needs about 162\.0 GiB.*71\.1 GiB of the device") as exc:
         memory.plan(_fake_spec(40 * GIB), cuda, settings, h100)
     assert "smaller shapes" in (exc.value.hint or "")
-    shared = replace(settings, device_share=4)
-    with pytest.raises(SpecError, match="4 specs per device"):
-        memory.plan(_fake_spec(12 * GIB), cuda, shared, h100)
+    # A bench's run granted a part of the device plans on that part, not on what is free right now
+    # (the other runs' memory, already taken, is not counted twice).
+    granted = replace(settings, device_share=0.9 * 80 / 20)  # 20 GiB of the device
+    busy = (30 * GIB, 80 * GIB)  # the other runs hold 49 GiB at this moment
+    part = memory.plan(_fake_spec(4 * GIB), cuda, granted, busy)  # 18 GiB a worker: one fits in 20
+    assert (part.workers, part.spares, part.budget_bytes) == (1, 0, 20 * GIB)
+    with pytest.raises(SpecError, match=r"20\.0 GiB of the device is this run's beside the other runs"):
+        memory.plan(_fake_spec(12 * GIB), cuda, granted, busy)
     pinned = replace(settings, gpu_memory_fraction=0.3)
     with pytest.raises(SpecError, match=r"gpu_memory_fraction = 0\.3"):
         memory.plan(_fake_spec(12 * GIB), cuda, pinned, h100)

@@ -576,6 +576,32 @@ def _profiled(tmp: Path, source: str, **overrides: object) -> tuple[int, int]:
     return int(found[0][1]), int(found[0][2])
 
 
+def test_a_profile_waits_for_the_device_lease_in_its_own_confined_process(tmp_path: Path) -> None:
+    """The engine holds no lease while a profiled process starts (python, imports, Nsight Compute's
+    own start); that process takes it, inside its sandbox, before it touches the device: a profile
+    never runs beside a timing, and a timing never waits for a profile's imports."""
+    import threading
+
+    from kernelevolve.evaluate.lease import DeviceLease
+    from kernelevolve.profile.run import profile_candidate
+
+    settings = cpu_settings(tmp_path, profile_timeout_s=120)
+    platform = get_platform("cpu")
+    held = DeviceLease(platform.lease_key(0)).acquire()  # an evaluation being timed, say
+    out: dict[str, object] = {}
+    spec = load_spec(SPECS / "softmax.py")
+    run = threading.Thread(
+        target=lambda: out.update(profile_candidate(spec, platform, HONEST, settings, mode="torch"))
+    )
+    run.start()
+    run.join(25)
+    assert run.is_alive() and not out  # waiting on the device, not done
+    held.release()
+    run.join(120)
+    assert out.get("profiler") is not None, out.get("errors")  # the lease was its to take in there
+    assert not any("lease" in str(e) or "Permission" in str(e) for e in out["errors"])  # type: ignore[attr-defined]
+
+
 @needs_netns
 @needs_landlock
 def test_a_profiled_candidate_reaches_no_network_and_writes_nothing_outside(tmp_path: Path) -> None:

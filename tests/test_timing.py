@@ -8,6 +8,7 @@ import gc
 import time
 from typing import Any
 
+import pytest
 import torch
 
 from kernelevolve.evaluate.timing import Callee, TimingPlan, speedup_spread, time_shape
@@ -93,3 +94,67 @@ def test_speedup_spread_is_the_half_range_of_block_speedups() -> None:
     baseline = [2.0] * 10 + [2.2] * 10  # blocks of 4: speedups 2, 2, 2.1 (mixed block), 2.2, 2.2
     candidate = [1.0] * 20
     assert speedup_spread(baseline, candidate, blocks=5) == (2.2 - 2.0) / (2 * 2.1)
+
+
+# -- rounds that end once the medians are known (issue G: timing that takes what it needs) -------------
+
+
+class JitteryTimer(ScriptedTimer):
+    """Each call's time drawn around its callee's script: +-`jitter` (uniform), seeded."""
+
+    def __init__(self, base: dict[str, float], jitter: float):
+        super().__init__(base)
+        import random
+
+        self.jitter, self.rng = jitter, random.Random(3)
+
+    def time_call(self, fn: Any, snapshot: bool) -> tuple[float, float, list[Any], list[Any] | None]:
+        t, tail, outs, snap = super().time_call(fn, snapshot)
+        return t * (1 + self.rng.uniform(-self.jitter, self.jitter)), tail, outs, snap
+
+
+def test_steady_timings_end_after_the_minimum_and_noisy_ones_take_the_budget() -> None:
+    from kernelevolve.evaluate.timing import median_interval, settled
+
+    long = {"budget_s": 60.0, "min_trials": 20, "max_trials": 300}
+    steady = JitteryTimer({"eager": 1e-3, "candidate": 5e-4}, jitter=0.002)
+    result = _run(steady, _callees(steady, ["eager", "candidate"]), precision=0.01, **long)
+    assert result.stats["candidate"].n == 21  # the minimum, and the round that ends them
+    assert result.stats["eager"].median_s / result.stats["candidate"].median_s == pytest.approx(2, rel=0.01)
+    noisy = JitteryTimer({"eager": 1e-3, "candidate": 5e-4}, jitter=0.5)
+    result = _run(noisy, _callees(noisy, ["eager", "candidate"]), precision=0.01, **long)
+    assert result.stats["candidate"].n == 300  # +-50% per call: +-1% is not reached within 300
+    fixed = JitteryTimer({"eager": 1e-3, "candidate": 5e-4}, jitter=0.002)
+    result = _run(fixed, _callees(fixed, ["eager", "candidate"]), precision=0.0, **long)
+    assert result.stats["candidate"].n == 300  # precision 0: the whole budget, as before
+    # the interval itself: order statistics around the median, wider for fewer or noisier values
+    lo, hi = median_interval([float(v) for v in range(100)])
+    assert 35 <= lo < 49.5 < hi <= 64
+    assert settled({"a": [1.0] * 30}, 0.01) and not settled({"a": [1.0, 2.0] * 15}, 0.01)
+
+
+def test_a_candidate_that_turns_wrong_when_the_rounds_could_have_ended_is_checked_there() -> None:
+    """The round where the timing ends is always a checked call: a candidate that answers right for the
+    first `min_trials` timed calls (where every other check may fall) and wrong after is caught."""
+    timer = ScriptedTimer({"eager": 1e-3, "candidate": 5e-4})
+    calls = [0]
+
+    def cheat(x: torch.Tensor) -> list[torch.Tensor]:
+        timer.current = "candidate"
+        calls[0] += 1
+        return [x * 1.0 if calls[0] <= 2 + 20 else x * 0.0]  # 2 untimed calls, then 20 timed right
+
+    def eager(x: torch.Tensor) -> list[torch.Tensor]:
+        timer.current = "eager"
+        return [x * 1.0]
+
+    callees = [Callee("eager", eager, [torch.zeros(4)]), Callee("candidate", cheat, [torch.zeros(4)])]
+    plan = TimingPlan(budget_s=60.0, min_trials=20, max_trials=300, warmup=1, graph_threshold_s=0.0,
+                      checked_fraction=0.0, allow_graphs=False, precision=0.01)  # fmt: skip
+    result = time_shape(
+        callees, timer, plan, lambda seed: [torch.full((4,), float(seed) + 1)],
+        lambda buffers, inputs: buffers[0].copy_(inputs[0]),
+        lambda pristine, snap: None if torch.equal(snap[0], pristine[0]) else "wrong answer",
+        lambda buffers: [], torch,
+    )  # fmt: skip
+    assert result.failure is not None and "timed call 21" in result.failure

@@ -47,6 +47,9 @@ class Settings:
     # and warm-up rounds for at least this long per shape (clocks, threads settle); None: the
     # platform's (0.25 s on the CPU, none beyond the rounds on a GPU)
     warmup_s: float | None = None
+    # Rounds end early once every callee's median is known within +-this (95% CI); None: the
+    # platform's (0.01 on a GPU; 0 on the CPU, which times its whole budget); 0: never early.
+    timing_precision: float | None = None
     graph_threshold_us: float = 50.0  # below this single-call time a shape is timed as CUDA graphs
     checked_fraction: float = 0.1  # share of timed candidate calls whose outputs are verified
     # Correctness: seeds x distributions per shape (at least 3 x 2, enforced).
@@ -67,9 +70,10 @@ class Settings:
     # None: 0.9 / (device_share * worker processes of the pool), raised for a spec that needs more
     # to 0.9 / (device_share * workers) (`evaluate.pool.gpu_shares`)
     gpu_memory_fraction: float | None = None
-    # Pools sharing each device (`kernelevolve bench --per-device K` sets K): each pool's workers get
-    # 1/device_share of the memory an unset `gpu_memory_fraction` gives them.
-    device_share: int = 1
+    # The part of each device this run's pool may hold, as a divisor: above 1, its workers together
+    # get 90% of the device's memory / device_share (`kernelevolve bench --per-device K` grants each
+    # run its part: `bench.schedule`); 1: 90% of what is free when the run starts.
+    device_share: float = 1.0
     # Pool: candidates evaluated at once, and warm workers kept prepared ahead of need.
     workers: int = 0  # 0: auto (2 per GPU, 1 on the CPU)
     spares: int = 1
@@ -139,7 +143,7 @@ class Settings:
         self.eval_retries = max(0, self.eval_retries)
         self.workers = max(0, self.workers)
         self.spares = max(0, self.spares)
-        self.device_share = max(1, self.device_share)
+        self.device_share = max(1.0, float(self.device_share))
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -29,7 +29,9 @@ no compute here; where the meta device cannot run the reference, the worker chec
 A `get_inputs` that needs its tensors' values (a jagged batch: lengths drawn at random, values sized
 by their sum, `int(lengths.sum())`) cannot run on `meta`: it is run for real on the CPU instead, and
 the reference too where the meta device cannot run it and the inputs are not large
-(`REAL_PROBE_BYTES`); `probe_notes` says so per shape (`kernelevolve spec` shows it).
+(`REAL_PROBE_BYTES`); a `Model` whose constructor needs values (a drop-path schedule read with
+`.item()`) is built on the CPU and then moved to meta. `probe_notes` says so per shape (`kernelevolve
+spec` shows it).
 """
 
 from __future__ import annotations
@@ -171,7 +173,14 @@ def import_spec_module(path: Path) -> ModuleType:
         loader_spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[mod_name]
-        raise SpecError(f"{path}: importing the spec raised {_describe(exc)}") from exc
+        missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+        raise SpecError(
+            f"{path}: importing the spec raised {_describe(exc)}",
+            hint=f"the spec needs the package {missing!r}: install it where kernelevolve runs "
+            f"(pip install {missing.split('.')[0]}); its workers import the spec there too"
+            if missing
+            else None,
+        ) from exc
     return module
 
 
@@ -368,11 +377,7 @@ def _probe_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> None:
         for x in inputs
     ]
     init = call_get_init_inputs(spec, module, shape)
-    try:
-        with torch.device("meta"):
-            model = module.Model(*init)
-    except Exception as exc:
-        raise SpecError(f"{spec.path}: Model(*get_init_inputs()) raised {_describe(exc)}") from exc
+    model = _probe_model(spec, module, shape, init)
     if spec.dtype is not None:
         model = model.to(getattr(torch, spec.dtype))
     spec.param_bytes[shape.name] = sum(p.numel() * p.element_size() for p in model.parameters()) + sum(
@@ -414,6 +419,28 @@ def _probe_inputs(spec: Spec, module: ModuleType, shape: ShapeSpec) -> list[Any]
             return inputs
 
 
+def _probe_model(spec: Spec, module: ModuleType, shape: ShapeSpec, init: list[Any]) -> Any:
+    """The reference model on the meta device; where its constructor needs values there (a drop-path
+    schedule read with `.item()`, say), built on the CPU for real and then moved to meta."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return module.Model(*init)
+    except Exception as meta_exc:
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                model = module.Model(*init).to("meta")
+        except Exception as exc:
+            raise SpecError(f"{spec.path}: Model(*get_init_inputs()) raised {_describe(exc)}") from exc
+        reason = _describe(meta_exc).splitlines()[0][:160]
+        note = f"Model(*get_init_inputs()) cannot run on the meta device ({reason}); it was built on the CPU"
+        earlier = spec.probe_notes.get(shape.name)
+        spec.probe_notes[shape.name] = f"{earlier}; {note}" if earlier else note
+        return model
+
+
 def _real_outputs(
     spec: Spec, module: ModuleType, shape: ShapeSpec, inputs: list[Any], init: list[Any]
 ) -> Any | None:
@@ -421,7 +448,7 @@ def _real_outputs(
     spec) and are not large; None otherwise (the worker checks the outputs on the device)."""
     import torch
 
-    if shape.name not in spec.probe_notes:
+    if any(isinstance(x, torch.Tensor) and x.is_meta for x in inputs):  # made on meta: not real
         return None
     size = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
     if size > REAL_PROBE_BYTES:

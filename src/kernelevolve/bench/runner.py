@@ -17,13 +17,15 @@ Several devices (`devices=[0, 1, 2, 3]`): one spec per device at a time, each ru
 its own device; the runs share the workspace (SQLite transactions). A spec's numbers come from one
 device, like any run's.
 
-Several specs per device (`per_device=K`, with or without `devices`): K runs at once on each device.
-A search spends most of its time starting workers on the host (python, torch, the compile baseline),
-so the device idles; K runs keep it busier. Their numbers stay clean: every first run, correctness
-check and timing holds the device's lease (`evaluate/lease.py`, shared by every process on the host),
-so no two timings overlap on a device. What K costs: K times the host CPU, and each run's workers get
-1/K of the device memory they would have alone (`Settings.device_share`). The hardware profile is
-measured once per device, not by each of the K runs (`jobs.hardware_profile`).
+Several specs per device (`per_device=K`, with or without `devices`): up to K runs at once on each
+device (`schedule.py`). A search spends most of its time starting workers on the host (python, torch,
+the compile baseline), so the device idles; K runs keep it busier. Their numbers stay clean: every
+first run, correctness check and timing holds the device's lease (`evaluate/lease.py`, shared by every
+process on the host), so no two timings overlap on a device. What K costs: K times the host CPU, and
+the device's memory is shared: each run is granted what its memory plan asks for, a spec too large
+to sit beside the others waits until they end and then runs with the device to itself
+(`schedule.DeviceMemory`). The hardware profile is measured once per device, not by each of the K
+runs (`jobs.hardware_profile`).
 
 Failures stay local: a spec that fails to load is recorded as a `load_error` and skipped; a run that
 raises (the harness failing, say) is recorded with its error and counts as incorrect, and the next
@@ -45,12 +47,13 @@ import json
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from kernelevolve.bench.metrics import summarize
 from kernelevolve.bench.results import held_back, result_row
+from kernelevolve.bench.schedule import schedule
 from kernelevolve.config import Settings
 from kernelevolve.cost import estimate
 from kernelevolve.errors import KernelevolveError, SpecError, WorkspaceError
@@ -187,6 +190,19 @@ def run_bench(
                    "estimate": cost.to_dict(), "estimate_line": cost.line()})  # fmt: skip
 
     interrupt = threading.Event()  # Ctrl-C, for the runs in threads other than the main one
+    loaded: dict[int, Spec | Exception] = {}  # specs loaded to size their runs, for the runs to use
+
+    def load(i: int) -> Spec:
+        spec = loaded.pop(i, None) or _load(files[i])
+        if isinstance(spec, Exception):
+            raise spec
+        return spec
+
+    def demand(i: int) -> tuple[int, int] | None:
+        """(one worker's need, the pool's wish) in bytes for spec i; None where nothing is planned."""
+        loaded[i] = _load(files[i])
+        spec = loaded[i]
+        return None if isinstance(spec, Exception) else _demand(spec, platform, settings)
 
     def one(i: int, device_settings: Settings) -> None:
         path, rel = files[i], rels[i]
@@ -196,9 +212,9 @@ def run_bench(
         if again is not None and again.search(rel) and item["status"] == "done":
             item = {**item, "status": "redo", "fingerprint": ""}  # done: a new run, not the cached row
         try:
-            spec = load_spec(path)
+            spec = load(i)
         except Exception as exc:  # a bench survives any spec: SpecError, or the file's own bug
-            message = exc.message if isinstance(exc, KernelevolveError) else f"{type(exc).__name__}: {exc}"
+            message = _said(exc) if isinstance(exc, KernelevolveError) else f"{type(exc).__name__}: {exc}"
             with Workspace.open(settings.workspace) as ws:
                 ws.put_bench_item(
                     bench_id, rel, i, path.stem, status="load_error", error=message, result=None
@@ -220,11 +236,40 @@ def run_bench(
         if result is not None:
             emit("result", {**info, "name": spec.name, "result": result})
 
-    _schedule(one, len(files), settings, devices, per_device, interrupt)
+    schedule(one, len(files), settings, devices, per_device, interrupt, demand, platform.device_memory)
 
     with Workspace.open(settings.workspace) as ws:
         ws.set_bench_status(bench_id, "done")
         return {**bench_document(ws, bench_id), "estimate": cost.to_dict()}
+
+
+def _said(exc: KernelevolveError) -> str:
+    """An error and what to do about it, in one row of the bench."""
+    return f"{exc.message} ({exc.hint})" if exc.hint else exc.message
+
+
+def _load(path: Path) -> Spec | Exception:
+    try:
+        return load_spec(path)
+    except Exception as exc:  # a bench survives any spec: SpecError, or the file's own bug
+        return exc
+
+
+def _demand(spec: Spec, platform: Any, settings: Settings) -> tuple[int, int] | None:
+    """What a run of `spec` asks of its device's memory: one worker's need (`memory.worker_need`), and
+    its pool's wish (that times its workers and spares, sized as `optimize.build_engine` sizes them);
+    None on the CPU or where the probe could not count the tensors."""
+    from kernelevolve.evaluate import memory
+    from kernelevolve.evaluate.executors import executor_slots
+    from kernelevolve.jobs import sized_for
+
+    if platform.name not in ("cuda", "rocm"):
+        return None
+    tensors, need = memory.worker_need(spec, platform.name)
+    if not tensors:
+        return None
+    sized = sized_for(settings, platform, 10**6, executor_slots(settings, platform))
+    return need, need * (max(1, sized.workers) + max(0, sized.spares))
 
 
 def _regex(option: str, text: str | None) -> re.Pattern[str] | None:
@@ -232,77 +277,6 @@ def _regex(option: str, text: str | None) -> re.Pattern[str] | None:
         return re.compile(text) if text else None
     except re.error as exc:
         raise WorkspaceError(f"{option} {text!r} is not a regular expression: {exc}") from None
-
-
-def _pinned(settings: Settings, device: int, per_device: int) -> Settings:
-    """A spec's run settings: pinned to one device (a search's own `devices = auto` would spread it),
-    its pool sharing the device's memory with the `per_device - 1` other runs there."""
-    share = settings.device_share * per_device
-    return replace(settings, device=device, devices=str(device), device_share=share)
-
-
-def _schedule(one: Callable[[int, Settings], None], count: int, settings: Settings,
-              devices: Sequence[int] | None, per_device: int = 1,
-              interrupt: threading.Event | None = None) -> None:  # fmt: skip
-    """Call `one(i, settings)` for every spec: in order on one device, or `per_device` specs per
-    device at a time (that many threads per device, each taking the next spec when its run ends). On
-    Ctrl-C no new spec starts, and `interrupt` is set: the runs in the threads stop as the run in the
-    main thread would (their evaluations in flight are dropped, their nodes left for the resume). A
-    second Ctrl-C does not wait for them."""
-    devices = list(devices) if devices else [settings.device]
-    if len(devices) == 1 and per_device == 1:
-        one_settings = _pinned(settings, devices[0], 1)
-        for i in range(count):
-            one(i, one_settings)
-        return
-    queue = list(range(count))
-    lock = threading.Lock()
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def worker(device: int, done: threading.Event) -> None:
-        device_settings = _pinned(settings, device, per_device)
-        try:
-            while not stop.is_set():
-                with lock:
-                    if not queue:
-                        return
-                    i = queue.pop(0)
-                try:
-                    one(i, device_settings)
-                except BaseException as exc:  # re-raised in the calling thread
-                    errors.append(exc)
-                    stop.set()
-        finally:
-            done.set()
-
-    threads = [
-        (threading.Thread(target=worker, args=(d, done), name=f"bench-device-{d}-{k}", daemon=True), done)
-        for d in devices for k in range(per_device) for done in [threading.Event()]
-    ]  # fmt: skip
-    try:
-        for t, _ in threads:
-            t.start()
-        _join([done for _, done in threads])
-    except KeyboardInterrupt:
-        stop.set()
-        if interrupt is not None:
-            interrupt.set()
-        _join([done for t, done in threads if t.ident is not None])  # those started
-        raise
-    if errors:
-        raise errors[0]
-
-
-def _join(done: list[threading.Event]) -> None:
-    """Wait until every thread has said it is done, waking twice a second: a signal sent to the
-    process may be delivered to another thread, and Python raises KeyboardInterrupt only once the main
-    thread runs again. Not `Thread.join`: on Python 3.11 a KeyboardInterrupt that lands inside it can
-    leave a running thread marked as stopped, and the second wait (for the runs to store their stop)
-    would then skip it."""
-    for event in done:
-        while not event.wait(0.5):
-            pass
 
 
 def item_key(spec: Spec) -> str:
@@ -347,8 +321,8 @@ def _run_one(
         error = ""
     except SpecError as exc:  # found while setting the run up (the meta probe, a shape): not loadable
         with Workspace.open(settings.workspace) as ws:
-            ws.put_bench_item(bench_id, rel, position, spec.name, status="load_error", error=exc.message)
-        emit("load_error", {**info, "error": exc.message})
+            ws.put_bench_item(bench_id, rel, position, spec.name, status="load_error", error=_said(exc))
+        emit("load_error", {**info, "error": _said(exc)})
         return None
     except KernelevolveError as exc:
         error = exc.message

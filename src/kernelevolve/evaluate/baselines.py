@@ -47,7 +47,11 @@ def time_baselines(state: Prepared, msg: dict[str, Any], chan: Channel) -> list[
 
     allow_graphs = state.device.type == "cuda" and not state.spec.backward
     plan = TimingPlan.from_settings(
-        state.settings, allow_graphs, checked=False, warmup_s=state.platform.warmup_s
+        state.settings,
+        allow_graphs,
+        checked=False,
+        warmup_s=state.platform.warmup_s,
+        precision=state.platform.timing_precision,
     )
     chan.send("phase", phase="lease")
     out = []

@@ -431,13 +431,21 @@ class _Evaluation:
 
     def timing(self) -> None:
         allow_graphs = self.state.device.type == "cuda" and not self.spec.backward
-        plan = TimingPlan.from_settings(self.settings, allow_graphs, warmup_s=self.state.platform.warmup_s)
+        platform = self.state.platform
+        plan = TimingPlan.from_settings(
+            self.settings, allow_graphs, warmup_s=platform.warmup_s, precision=platform.timing_precision
+        )
         if self.msg.get("timing_budget_s"):  # a quick run: a shorter look, same method
             plan = dataclasses.replace(plan, budget_s=float(self.msg["timing_budget_s"]))
         m = self.verdict.method
         m.timer, m.l2, m.interleaved, m.warmup = self.state.timer.name, self.state.timer.l2, True, plan.warmup
         if self.state.timer.note:
             m.notes.append(self.state.timer.note)
+        if plan.precision > 0:
+            m.notes.append(
+                f"rounds end once every median's 95% interval is within +-{plan.precision:.1%} "
+                f"(at least {plan.min_trials}), else at the budget"
+            )
         for k, (st, result) in enumerate(zip(self.shapes, self.verdict.shapes, strict=True)):
             pinned = (self.msg.get("graphs") or {}).get(st.shape.name)
             timing = self._time_shape(st, dataclasses.replace(plan, seed=5000 + k, graphs=pinned))

@@ -2,9 +2,11 @@
 and the device's memory, before any worker starts.
 
 The meta probe counts each shape's inputs, outputs and parameters (`Spec.footprint_bytes`); call the
-largest T. A worker holds about `WORKER_FACTOR` x T at its peak (3 on a GPU; 6 on the CPU, whose
+largest T. A worker holds about `WORKER_FACTOR` x T at its peak (4 on a GPU; 6 on the CPU, whose
 workers keep glibc's heap rather than return it, for timings that hold still: freed blocks there are
-reused but not given back, and a 640 MiB softmax measured 6.6 T with torch's own memory), plus its
+reused but not given back, and a 640 MiB softmax measured 6.6 T with torch's own memory; on an H100,
+KernelBench level 1's 19_ReLU, T = 12 GiB, took more than 3.3 T preparing and 7_Matmul_with_small_K
+4 T, each failing at a cap the estimate of 3 T had set in a bench of several specs), plus its
 runtime's own memory (a CUDA context, torch.compile's workspace, torch itself on the CPU):
 - preparing: the inputs, the reference's outputs, and two trials' reference outputs kept whole (the
   other trials keep a sample of a large output: `worker._kept`);
@@ -13,10 +15,10 @@ runtime's own memory (a CUDA context, torch.compile's workspace, torch itself on
 - timing: the baselines' buffers (shared by eager and torch.compile) and the candidate's, a round's
   fresh inputs, and one output at a time (a baseline's large outputs are poisoned in place after its
   call, not kept: `timing._poison_large`); the reference outputs are gone by then.
-On a GPU the plan keeps workers + spares of a pool within 90% of the device (split over the pools
-that share it, `device_share`), lowering their number for a large spec, and refuses a spec that one
-worker cannot hold; on the CPU it refuses a spec that the worker's memory limit (`memory_limit_gb`)
-cannot hold. The refusal says how much was needed, how much there was, and what to change.
+On a GPU the plan keeps workers + spares of a pool within 90% of the device's free memory (or within
+the part a bench granted the run, `device_share`: `bench.schedule`), lowering their number for a
+large spec, and refuses a spec that one worker cannot hold; on the CPU it refuses a spec that the
+worker's memory limit (`memory_limit_gb`) cannot hold. The refusal says how much was needed, how much there was, and what to change.
 
 Deliberately an estimate, not a measurement: what a worker really took is measured (the worker's
 `prepare_peak_bytes`) and a worker out of memory under its cap is still retried with the larger share
@@ -30,7 +32,7 @@ from typing import Any
 
 from kernelevolve.errors import SpecError
 
-WORKER_FACTOR = {"cpu": 6, "cuda": 3, "rocm": 3}
+WORKER_FACTOR = {"cpu": 6, "cuda": 4, "rocm": 4}
 RUNTIME_BYTES = {"cpu": 3 * 2**29, "cuda": 2 * 2**30, "rocm": 2 * 2**30}  # a worker's own, before the spec
 GIB = 2**30
 
@@ -92,14 +94,20 @@ def plan(spec: Any, platform: Any, settings: Any, memory: tuple[int, int] | None
                 hint=f"raise gpu_memory_fraction to {need / total + 0.01:.2f} or more, or unset it",
             )
         return MemoryPlan(tensors, need, cap, workers, spares, "")
-    usable = int(0.9 * min(free, total) / share)
+    # Alone: 90% of what is free. Sharing the device (a bench's run): the part granted to it, which
+    # the bench's scheduler keeps clear of the other runs' parts (`bench.schedule`).
+    usable = int(0.9 * (min(free, total) if share <= 1 else total / share))
     fits = usable // need
     if fits < 1:
+        where = (
+            f"{usable / GIB:.1f} GiB of the device is this run's beside the other runs on it"
+            if share > 1
+            else f"{usable / GIB:.1f} GiB of the device's {free / GIB:.1f} GiB free ({total / GIB:.0f} GiB in all) "
+            "is usable"
+        )
         raise SpecError(
             f"{shape_word}; a worker needs about {need / GIB:.1f} GiB ({factor(platform.name)} x that and "
-            f"{RUNTIME_BYTES['cuda'] / GIB:.0f} GiB of its own), and {usable / GIB:.1f} GiB of the device's "
-            f"{free / GIB:.1f} GiB free ({total / GIB:.0f} GiB in all) is this spec's"
-            + (f" with {share} specs per device" if share > 1 else ""),
+            f"{RUNTIME_BYTES['cuda'] / GIB:.0f} GiB of its own), and {where}",
             hint="use smaller shapes in KERNELEVOLVE['shapes']"
             + (", fewer specs per device (--per-device)" if share > 1 else "")
             + ", or a device with more memory",

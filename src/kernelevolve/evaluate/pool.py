@@ -41,8 +41,8 @@ def candidate_hash(source: str) -> str:
 
 def gpu_shares(settings: Settings, platform: str) -> tuple[float, float] | None:
     """(first, most): the share of device memory each of a pool's worker processes may take on a GPU.
-    A set `gpu_memory_fraction` is both. Else a worker first gets 0.9 split over the pool's workers
-    and spares, and over the `device_share` pools on the device (`kernelevolve bench --per-device`);
+    A set `gpu_memory_fraction` is both. Else a worker first gets 0.9 / `device_share` of the device
+    (the part a bench granted this run: `bench.schedule`) split over the pool's workers and spares;
     a spec that needs more (an evaluation out of memory under that cap) gets 0.9 split over the
     workers alone, since spares hold only their start-up's memory. None on the CPU. (Without spares
     a pool holds at most `workers` processes: a worker starts when one is needed.)"""
@@ -369,8 +369,9 @@ class EvaluatorPool:
         if s.gpu_memory_fraction is not None:
             return "the `gpu_memory_fraction` setting; if the reference needs about as much, raise it"
         return (
-            f"the most each of {s.workers} workers gets with {s.device_share} spec(s) per device; if "
-            "the reference needs about as much, lower `workers` or `--per-device`"
+            f"the most each of {s.workers} workers gets"
+            + (" from the part of the device this bench run was granted" if s.device_share > 1 else "")
+            + "; if the reference needs about as much, lower `workers` or `--per-device`"
         )
 
     def _lost_fitness_baseline(self, verdict: Verdict) -> str | None:

@@ -257,7 +257,7 @@ def confine(
     readable, read_notes = readable_paths(list(reads or []), list(protect or []))
     notes += read_notes
     writable = [workdir, *device_nodes()]
-    writable += [Path("/proc")] if profiler else [lease_dir(), Path("/proc/self/task")]
+    writable += [lease_dir(), Path("/proc")] if profiler else [lease_dir(), Path("/proc/self/task")]
     result = landlock.restrict(readable, writable, deny_tcp=network and not profiler)
     if result.note:
         notes.append(result.note)

@@ -28,6 +28,12 @@ It depends on the baselines only, and a caller can pin it (`TimingPlan.graphs`):
 pins each shape's first choice, so every candidate of a run is compared by the same method.
 Statistics: the median over rounds, the interquartile range, and the spread (half-range of the
 medians of 5 consecutive blocks of rounds, relative to the median).
+How many rounds: as many as fit the shape's time budget (within min and max trials), or fewer where
+every callee's median is pinned down sooner: with `precision` > 0 (a GPU's default, 1%), after the
+minimum and every 10 rounds, the rounds end once the 95% confidence interval of each callee's median
+(by order statistics, no assumption on the distribution) is within +-precision of it. The round where
+they end is one more checked and audited call, at a point the candidate cannot foresee. A CPU times
+its whole budget: its clock moves more than any interval taken early would show.
 
 This module never decides correctness thresholds (see `correctness.py`); it calls back into the
 worker for the reference and the comparison.
@@ -50,7 +56,8 @@ from kernelevolve.evaluate.verdict import TimeStats, Violation
 Outputs = list[Any]
 # Bumped whenever a change alters what a timing measures: a bench never reuses a result measured
 # under another method (`bench.runner.item_key`). 2: the flush lasts twice the host's enqueue time.
-METHOD_VERSION = 2
+# 3: rounds end once every median is known within `precision`.
+METHOD_VERSION = 3
 
 
 class Timer(Protocol):
@@ -251,12 +258,19 @@ class TimingPlan:
     seed: int = 0
     graphs: bool | None = None  # pinned by the caller (one method for every candidate of a run)
     warmup_s: float = 0.0  # warm-up rounds last at least this long (a CPU's clocks and caches settle)
+    precision: float = 0.0  # end the rounds once every median's 95% CI is within this (0: the budget)
 
     @classmethod
     def from_settings(
-        cls, settings: dict[str, Any], allow_graphs: bool, checked: bool = True, warmup_s: float = 0.0
+        cls,
+        settings: dict[str, Any],
+        allow_graphs: bool,
+        checked: bool = True,
+        warmup_s: float = 0.0,
+        precision: float = 0.0,
     ) -> TimingPlan:
-        """`warmup_s`: the platform's, where the settings leave it unset."""
+        """`warmup_s`, `precision`: the platform's, where the settings leave them unset."""
+        given = settings.get("timing_precision")
         return cls(
             budget_s=float(settings["timing_budget_s"]),
             min_trials=int(settings["min_trials"]),
@@ -266,10 +280,35 @@ class TimingPlan:
             checked_fraction=float(settings["checked_fraction"]) if checked else 0.0,
             allow_graphs=allow_graphs,
             warmup_s=float(warmup_s if settings.get("warmup_s") is None else settings["warmup_s"]),
+            precision=float(precision if given is None else given),
         )
 
 
 ESTIMATE_ROUNDS = 5
+SETTLE_EVERY = 10  # rounds between two looks at the medians' intervals
+
+
+def median_interval(times: list[float]) -> tuple[float, float]:
+    """A distribution-free 95% confidence interval of the median of `times`: the order statistics
+    n/2 -+ 0.98 sqrt(n) (the binomial's normal approximation)."""
+    ordered = sorted(times)
+    n = len(ordered)
+    half = 0.98 * n**0.5
+    lo = max(0, int(n / 2 - half))
+    hi = min(n - 1, int(n / 2 + half + 0.999))
+    return ordered[lo], ordered[hi]
+
+
+def settled(times: dict[str, list[float]], precision: float) -> bool:
+    """Whether every callee's median is known within +-`precision` of itself (95%)."""
+    for ts in times.values():
+        if not ts:
+            return False
+        lo, hi = median_interval(ts)
+        med = statistics.median(ts)
+        if med <= 0 or (hi - lo) / (2 * med) > precision:
+            return False
+    return True
 
 
 def use_graphs(estimates: dict[str, list[float]], candidate: str | None, plan: TimingPlan) -> bool:
@@ -347,18 +386,26 @@ def time_shape(
     rounds = int(min(plan.max_trials, max(plan.min_trials, plan.budget_s / per_round)))
     checked_rounds: set[int] = set()
     audit_rounds: set[int] = set()
+    first = min(rounds, plan.min_trials)  # rounds that run whether or not they end early
     if candidate is not None:
         n_checked = max(3, round(rounds * plan.checked_fraction))
-        checked_rounds = set(rng.sample(range(rounds), min(rounds, n_checked))) | {rounds - 1}
-        audit_rounds = set(rng.sample(range(rounds), min(rounds, 2)))
+        checked_rounds = set(rng.sample(range(rounds), min(rounds, n_checked)))
+        checked_rounds |= set(rng.sample(range(first), min(first, 3)))  # at least 3 if they end early
+        audit_rounds = {rng.randrange(first)}  # and the last round, whenever that is
 
     times: dict[str, list[float]] = {c.name: [] for c in callees}
     tails: dict[str, list[float]] = {c.name: [] for c in callees}
     with _no_gc():
         for r in range(rounds):
+            last = r == rounds - 1 or (
+                plan.precision > 0
+                and r >= plan.min_trials
+                and (r - plan.min_trials) % SETTLE_EVERY == 0
+                and settled(times, plan.precision)
+            )
             round_seed = plan.seed * 100_000 + r
             inputs = load(round_seed)
-            check = r in checked_rounds
+            check = r in checked_rounds or last
             pristine = inputs if check else None
             order = list(callees)
             rng.shuffle(order)
@@ -384,12 +431,14 @@ def time_shape(
                     result.failure = f"timed call {r + 1} of {rounds}: {failure}"
                     break
             del keep
-            if candidate is not None and r in audit_rounds:
+            if candidate is not None and (r in audit_rounds or last):
                 # An audit call gets contents of its own: repeating the round's would hand a value cache a hit.
                 copy_into(candidate.buffers, fresh_inputs(round_seed + 7_919_000))
                 result.violations.extend(audit(candidate.buffers))
                 if result.violations:
                     break
+            if last:
+                break
     if result.failure or result.violations:
         return result
     result.stats = {name: summarize(ts) for name, ts in times.items()}

@@ -59,6 +59,9 @@ class Platform(ABC):
     # Seconds of warm-up rounds per shape before timing, where `warmup_s` is not set: a CPU that was
     # idle runs the first second of a process slower; a GPU's first rounds (ESTIMATE_ROUNDS) suffice.
     warmup_s: float = 0.0
+    # Where `timing_precision` is not set: a shape's rounds end once every median is known within
+    # +-1% (95%), as a GPU's event timings soon are; the CPU sets 0 and times its whole budget.
+    timing_precision: float = 0.01
 
     # -- engine side (cheap, no device initialization) ---------------------------------------------
 

@@ -6,7 +6,9 @@ fixed metric set of `profile/ncu.py`, filtered to the candidate's NVTX range. Ea
 evaluation workers' scrubbed environment (no secrets, a private HOME and caches), an address-space
 limit where the platform allows one, the workers' sandbox (`evaluate/confined_exec.py`: namespaces
 of its own, an empty network namespace with only its own loopback up, reads and writes confined), and
-a wall-clock limit after which its process group is killed.
+a wall-clock limit after which its process group is killed. The profiled process takes the device's
+lease itself once its imports are done, so that only its device work waits for (and keeps waiting)
+the evaluations being timed.
 
 What comes back is a plain dict: `profiler` (torch.profiler's summary or None), `ncu` (per-kernel
 metrics and their summary, or None), `tools` (what ran) and `errors` (what did not, and why): the
@@ -26,7 +28,7 @@ from typing import Any
 
 import kernelevolve
 from kernelevolve.config import Settings
-from kernelevolve.evaluate.lease import DeviceLease
+from kernelevolve.evaluate.lease import lease_dir
 from kernelevolve.evaluate.sandbox import kill_tree, sandbox_argv, scrub_env
 from kernelevolve.platforms.base import Platform
 from kernelevolve.profile import ncu
@@ -90,14 +92,18 @@ def _env(work: Path, platform: Platform) -> dict[str, str]:
     (work / "tmp").mkdir(exist_ok=True)
     env["TRITON_CACHE_DIR"] = str(work / "triton")
     env["KERNELEVOLVE_NATIVE_CACHE"] = str(work / "native")
+    env["KERNELEVOLVE_LEASE_DIR"] = str(lease_dir())  # shared by all; the process's TMPDIR is its own
     src_root = str(Path(kernelevolve.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH", "")) if p)
     return env
 
 
-def _argv(spec: Spec, cand: Path, shape: str, device: str, mode: str, result: Path) -> list[str]:
+def _argv(spec: Spec, cand: Path, shape: str, device: str, mode: str, result: Path, lease: str) -> list[str]:
+    """The profiled process's command; it takes the device's `lease` itself, once its imports are done
+    (`profile/target.py`), and holds it until it ends."""
     return [sys.executable, "-m", "kernelevolve.profile.target", str(spec.path.resolve()), str(cand),
-            "--shape", shape, "--device", device, "--mode", mode, "--out", str(result)]  # fmt: skip
+            "--shape", shape, "--device", device, "--mode", mode, "--out", str(result),
+            "--lease", lease]  # fmt: skip
 
 
 def _spawn(
@@ -113,13 +119,7 @@ def _spawn(
     ]
     confined += ["--memory-bytes", str(int(settings.memory_limit_gb * 2**30))]
     confined += ["--cpu-seconds", str(int(settings.profile_timeout_s * 4)), "--file-bytes", str(2**30)]
-    # The device lease keeps the profiled calls off the device while an evaluation is being timed.
-    lease = DeviceLease(platform.lease_key(settings.device))
-    lease.acquire()
-    try:
-        return _communicate([*confined, "--", *argv], work, platform, settings)
-    finally:
-        lease.release()
+    return _communicate([*confined, "--", *argv], work, platform, settings)
 
 
 def _communicate(
@@ -142,8 +142,9 @@ def _communicate(
 def _target(spec: Spec, cand: Path, shape: str, device: str, mode: str, work: Path, platform: Platform,
             settings: Settings) -> dict[str, Any]:  # fmt: skip
     result = work / f"result-{mode}.json"
+    lease = platform.lease_key(settings.device)
     code, _, err = _spawn(
-        _argv(spec, cand, shape, device, mode, result), work, platform, settings, [spec.path]
+        _argv(spec, cand, shape, device, mode, result, lease), work, platform, settings, [spec.path]
     )
     if result.is_file():
         data: dict[str, Any] = json.loads(result.read_text())
@@ -155,7 +156,9 @@ def _ncu(spec: Spec, cand: Path, shape: str, device: str, work: Path, platform: 
          exe: str) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
     result = work / "result-ncu.json"
     start = time.perf_counter()
-    argv = ncu.command(_argv(spec, cand, shape, device, "ncu", result), ncu=exe)
+    argv = ncu.command(
+        _argv(spec, cand, shape, device, "ncu", result, platform.lease_key(settings.device)), ncu=exe
+    )
     toolkit = Path(exe).resolve().parent.parent  # ncu's own folder: its libraries and sections
     code, stdout, err = _spawn(argv, work, platform, settings, [spec.path, toolkit])
     if code is None:

@@ -1,13 +1,17 @@
 """The process a profiler watches: one candidate, one shape, a few calls, nothing else of ours.
 
     python -m kernelevolve.profile.target SPEC CANDIDATE --shape NAME --device cuda:0 \
-        --mode ncu|torch --out RESULT.json
+        --mode ncu|torch --out RESULT.json [--lease KEY]
 
 The candidate is untrusted code, so this runs in its own process with the worker's scrubbed
 environment and resource limits (`profile/run.py` starts it), never in the engine. Inputs and
 weights are built exactly as the harness builds them (`evaluate.inputs`), before the candidate's
 calls; the calls run inside the NVTX range `kernelevolve.candidate`, which is what `ncu` is told to
 profile, so input generation and copies are not counted as the candidate's kernels.
+
+With `--lease`, the device's lease (`evaluate/lease.py`) is taken once torch, the spec and the
+candidate's module are imported, before anything touches the device, and held to the end: the host's
+part of a profile (python, imports, Nsight Compute's own start) never keeps an evaluation waiting.
 
 Mode `torch` records the calls with torch.profiler (kernel count, per-kernel time, launch overhead);
 mode `ncu` only makes the calls (ncu, outside, collects the metrics). Profiling is diagnosis, not
@@ -38,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=("ncu", "torch"), default="torch")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--lease", default=None, help="take this device lease before touching the device")
     args = ap.parse_args(argv)
     out: dict[str, Any] = {"ok": False}
     try:
@@ -61,14 +66,18 @@ def _profile(args: argparse.Namespace) -> dict[str, Any]:
     if spec.precision != "strict_fp32":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    inputs = make_inputs(spec, module, shape, 4242, "spec", device)
-    reference = make_model(spec, module, module.Model, shape, device)
     name = "kernelevolve_profiled_candidate"
     loader = importlib.util.spec_from_file_location(name, args.candidate)
     assert loader is not None and loader.loader is not None
     cand_module = importlib.util.module_from_spec(loader)
     sys.modules[name] = cand_module
     loader.loader.exec_module(cand_module)
+    if args.lease:  # held until this process ends (the kernel drops the lock with it)
+        from kernelevolve.evaluate.lease import DeviceLease
+
+        DeviceLease(args.lease).acquire()
+    inputs = make_inputs(spec, module, shape, 4242, "spec", device)
+    reference = make_model(spec, module, module.Model, shape, device)
     candidate = make_model(spec, module, cand_module.ModelNew, shape, device)
     share_weights(reference, candidate)
     cuda = device.type == "cuda"

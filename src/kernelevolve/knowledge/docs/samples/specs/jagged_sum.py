@@ -26,7 +26,7 @@ KERNELEVOLVE = {
     "name": "sample_jagged_sum",
     "description": "jagged segment sum over per-sample lengths",
     "shapes": {
-        "small": {"weight": 0.5, "params": {"batch": 300, "mean_len": 6, "dim": 32}},
+        "small": {"weight": 0.5, "params": {"batch": 1024, "mean_len": 16, "dim": 64}},
         "large": {"weight": 0.5, "params": {"batch": 2048, "mean_len": 40, "dim": 128}},
     },
     "precision": "strict_fp32",
