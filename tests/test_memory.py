@@ -206,7 +206,7 @@ def test_kernelbench_softmax_at_official_size_gets_its_baselines_with_default_se
 ) -> None:
     """level1 23_Softmax: one 4096 x 393216 float32 input (6 GiB) and as much out. On an 80 GB H100 it
     failed while preparing the worker (a float64 copy of the input beside six reference outputs, under
-    a cap of 35.6 GiB); with the plan it gets one worker, which holds it about three times over."""
+    a cap of 35.6 GiB); with the plan it gets one worker there, which holds it about four times over."""
     from kernelevolve import jobs
     from kernelevolve.config import Settings
 
@@ -217,8 +217,13 @@ def test_kernelbench_softmax_at_official_size_gets_its_baselines_with_default_se
     settings = Settings(workspace=tmp_path / "ws", platform="cuda").validate()
     tensors, _ = memory.worker_need(spec, "cuda")
     assert tensors == 12 * GIB
-    fitted, plan = memory.fit(spec, get_platform("cuda"), settings, get_platform("cuda").device_memory(0))
-    assert (fitted.workers, fitted.spares) == (1, 0), plan
+    reading = get_platform("cuda").device_memory(0)
+    assert reading is not None
+    fitted, plan = memory.fit(spec, get_platform("cuda"), settings, reading)
+    if reading[1] < 100 * GIB:  # an 80 GB card holds one such worker
+        assert (fitted.workers, fitted.spares) == (1, 0), plan
+    else:  # a larger one (an H200) as many as 90% of its free memory holds
+        assert fitted.workers >= 1 and (fitted.workers + fitted.spares) * plan.need_bytes <= 0.9 * reading[0]
     _, rows, _, errors = jobs.baselines(path, settings)
     assert not errors, errors
     (row,) = rows

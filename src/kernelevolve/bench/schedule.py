@@ -7,9 +7,9 @@ spec index, from `per_device` threads per device, each taking the next spec when
 Memory (a GPU, `per_device` > 1): the device's memory is handed out, not split evenly. When the bench
 starts, each device's usable memory is 90% of what is free (`DeviceMemory`). Before a spec runs, its
 memory plan's inputs are asked (`demand(i)`: what one of its workers needs, and what its pool's
-workers and spares would like); its run is granted what it would like or the even split 1/K,
-whichever is more, or what is left if that is less but still holds one worker's need with a quarter
-to spare (the need is an estimate, `evaluate.memory`). A spec that one worker of it cannot fit beside the runs in progress
+workers and spares would like), each with half again to spare (the need is an estimate,
+`evaluate.memory`); its run is granted what it would like or the even split 1/K, whichever is more,
+or what is left if that is less but still holds one worker's need. A spec that one worker of it cannot fit beside the runs in progress
 waits for them to end, and the specs behind it wait too (first come, first served: a large spec is
 never starved by small ones); a spec that does not fit even on the idle device runs alone, and its
 memory plan refuses it with the numbers. A run learns its part through `Settings.device_share`: the
@@ -31,7 +31,10 @@ from dataclasses import dataclass, field, replace
 from kernelevolve.config import Settings
 
 USABLE = 0.9  # of the free memory of a device when the bench starts, as for a run alone (memory.plan)
-MARGIN = 1.25  # beside other runs, a spec starts with at least this times one worker's estimated need
+# A run is granted this times what its memory plan estimates, and starts beside others only where that
+# is free: the estimate is not a measurement (at --per-device 8 on an H200, level 1's
+# 7_Matmul_with_small_K failed to prepare at 18.0 GiB, its estimate, with 1.25 times it to spare).
+MARGIN = 1.5
 
 One = Callable[[int, Settings], None]
 Demand = Callable[[int], tuple[int, int] | None]  # spec index -> (one worker's need, the pool's wish)
@@ -58,8 +61,9 @@ class DeviceMemory:
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     def acquire(self, need: int, wish: int, stop: threading.Event) -> int | None:
-        """Block until one worker's `need` fits beside the runs in progress (or none is left), then
-        grant up to `wish`; None if `stop` was set while waiting."""
+        """Block until one worker's `need` (with its margin) fits beside the runs in progress, or
+        none is left, then grant up to `wish` (with its margin); None if `stop` was set meanwhile."""
+        need, wish = int(need * MARGIN), int(wish * MARGIN)
         with self.cond:
             ticket = self.tickets
             self.tickets += 1
@@ -67,7 +71,7 @@ class DeviceMemory:
             try:
                 while not stop.is_set():
                     left = self.usable - self.granted
-                    if self.waiting[0] == ticket and (self.running == 0 or need * MARGIN <= left):
+                    if self.waiting[0] == ticket and (self.running == 0 or need <= left):
                         # At least the even split where it is free (the plan's estimate is not a
                         # measurement: spare room keeps a worker that needs more from failing); alone
                         # on the device, a spec too large for it gets all of it (its plan refuses).

@@ -64,6 +64,7 @@ def profile_candidate(
             if res.get("ok"):
                 out["profiler"] = res["profiler"] | {"wall_us_per_call": res.get("wall_us_per_call")}
                 out["tools"].append("torch.profiler")
+                out["device_s"] = {"torch.profiler": res.get("device_s")}
             else:
                 out["errors"].append(f"torch.profiler: {res.get('error')}")
         if mode in ("auto", "ncu") and platform.name == "cuda":
@@ -171,10 +172,12 @@ def _ncu(spec: Spec, cand: Path, shape: str, device: str, work: Path, platform: 
         return None, f"{exc} {err[-300:]}".strip()
     if not kernels:
         return None, "ncu saw no kernel in the candidate's range (is the candidate a CUDA kernel at all?)"
+    done = json.loads(result.read_text()) if result.is_file() else {}
     return {
         "kernels": [k.to_dict() for k in kernels],
         "summary": ncu.summarize(kernels),
         "seconds": round(time.perf_counter() - start, 2),
+        "device_s": done.get("device_s"),  # of those seconds, the device's lease held
     }, None
 
 
