@@ -158,3 +158,19 @@ def test_a_candidate_that_turns_wrong_when_the_rounds_could_have_ended_is_checke
         lambda buffers: [], torch,
     )  # fmt: skip
     assert result.failure is not None and "timed call 21" in result.failure
+
+
+def test_baselines_alone_end_early_too_and_check_nothing() -> None:
+    """Without a candidate (`kernelevolve baseline`), the rounds end as they would with one, and no
+    round is a checked call: there is no candidate's output to check."""
+    timer = JitteryTimer({"eager": 1e-3, "compile": 5e-4}, jitter=0.002)
+    callees = _callees(timer, ["eager", "compile"])
+    plan = TimingPlan(budget_s=60.0, min_trials=20, max_trials=300, warmup=1, graph_threshold_s=0.0,
+                      checked_fraction=0.1, allow_graphs=False, precision=0.01)  # fmt: skip
+    result = time_shape(
+        callees, timer, plan, lambda seed: [torch.full((4,), float(seed))],
+        lambda buffers, inputs: buffers[0].copy_(inputs[0]), lambda pristine, snap: "never called",
+        lambda buffers: [], torch, has_candidate=False,
+    )  # fmt: skip
+    assert result.failure is None and result.checked == 0
+    assert result.stats["eager"].n == result.stats["compile"].n == 21

@@ -405,7 +405,7 @@ def time_shape(
             )
             round_seed = plan.seed * 100_000 + r
             inputs = load(round_seed)
-            check = r in checked_rounds or last
+            check = candidate is not None and (r in checked_rounds or last)
             pristine = inputs if check else None
             order = list(callees)
             rng.shuffle(order)
