@@ -48,7 +48,7 @@ class Settings:
     # platform's (0.25 s on the CPU, none beyond the rounds on a GPU)
     warmup_s: float | None = None
     # Rounds end early once every callee's median is known within +-this (95% CI); None: the
-    # platform's (0.01 on a GPU; 0 on the CPU, which times its whole budget); 0: never early.
+    # platform's (0.005 on a GPU; 0 on the CPU, which times its whole budget); 0: never early.
     timing_precision: float | None = None
     graph_threshold_us: float = 50.0  # below this single-call time a shape is timed as CUDA graphs
     checked_fraction: float = 0.1  # share of timed candidate calls whose outputs are verified

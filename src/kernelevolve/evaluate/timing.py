@@ -29,7 +29,7 @@ pins each shape's first choice, so every candidate of a run is compared by the s
 Statistics: the median over rounds, the interquartile range, and the spread (half-range of the
 medians of 5 consecutive blocks of rounds, relative to the median).
 How many rounds: as many as fit the shape's time budget (within min and max trials), or fewer where
-every callee's median is pinned down sooner: with `precision` > 0 (a GPU's default, 1%), after the
+every callee's median is pinned down sooner: with `precision` > 0 (a GPU's default, 0.5%), after the
 minimum and every 10 rounds, the rounds end once the 95% confidence interval of each callee's median
 (by order statistics, no assumption on the distribution) is within +-precision of it. The round where
 they end is one more checked and audited call, at a point the candidate cannot foresee. A CPU times
