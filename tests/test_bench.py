@@ -732,3 +732,14 @@ def test_a_bench_without_the_devices_memory_splits_it_evenly(tmp_path: Path) -> 
         one, 4, cpu_settings(tmp_path), None, per_device=2, demand=lambda i: (1, 3), memory=lambda d: None
     )
     assert {share for *_, share in calls} == {2}
+
+
+def test_a_spec_the_probe_could_not_count_is_granted_the_even_split(tmp_path: Path) -> None:
+    from kernelevolve.bench.schedule import schedule
+    from tests.conftest import cpu_settings
+
+    gib = 2**30
+    one, calls = _recording(0.05)
+    schedule(one, 3, cpu_settings(tmp_path), None, per_device=3, demand=lambda i: None,
+             memory=lambda d: (100 * gib, 100 * gib))  # fmt: skip
+    assert [share for *_, share in calls] == [pytest.approx(3)] * 3  # 30 of the 90 GiB each, granted

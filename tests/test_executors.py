@@ -19,6 +19,7 @@ from kernelevolve.errors import WorkspaceError
 from kernelevolve.evaluate import EvaluatorPool, Status
 from kernelevolve.evaluate.executors import (
     DevicePools,
+    Executor,
     Request,
     get_executor,
     local_slots,
@@ -64,6 +65,37 @@ def test_devices_auto_is_every_visible_device_unless_one_is_chosen() -> None:
             Settings(devices=bad).validate()
     with pytest.raises(WorkspaceError, match=r"executors: .*local"):
         get_executor("nope")
+
+
+def _plugin_build(request: Request) -> Any:
+    raise AssertionError("never built here")
+
+
+PLUGIN = Executor(build=_plugin_build, slots=lambda settings, platform: 7)
+
+
+def test_an_executor_registers_through_its_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A third party adds an executor by naming it in the `kernelevolve.executors` group: loaded when
+    a search asks for it by name, listed among the valid ones when a name is unknown."""
+    import importlib.metadata
+
+    from kernelevolve.evaluate import executors
+
+    advertised = importlib.metadata.EntryPoint(
+        name="mine", value="tests.test_executors:PLUGIN", group="kernelevolve.executors"
+    )
+
+    def entry_points(group: str) -> list[Any]:
+        return [advertised] if group == "kernelevolve.executors" else []
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.delitem(executors.EXECUTORS, "mine", raising=False)
+    with pytest.raises(WorkspaceError, match="unknown executor 'theirs'") as err:
+        get_executor("theirs")
+    assert err.value.hint is not None and "mine" in err.value.hint and "ray" in err.value.hint
+    assert get_executor("mine") is PLUGIN
+    assert executors.executor_slots(replace(Settings(), executor="mine"), get_platform("cpu")) == 7
+    monkeypatch.delitem(executors.EXECUTORS, "mine")
 
 
 @pytest.mark.slow

@@ -80,8 +80,8 @@ def test_profile_cli_prints_diagnosis_roofline_and_metrics(tmp_path: Path) -> No
 
 
 def test_agent_prompt_carries_retrieved_documents_and_the_diagnosis(tmp_path: Path) -> None:
+    from kernelevolve import agent_jobs as agent
     from kernelevolve.optimize import start
-    from kernelevolve.synth import agent
 
     ws = tmp_path / "ws"
     settings = replace(cpu_settings(tmp_path), workspace=ws)

@@ -264,8 +264,8 @@ def test_a_model_endpoint_down_for_minutes_spends_no_budget_and_the_run_resumes(
 
 
 def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
+    from kernelevolve import agent_jobs as agent
     from kernelevolve.optimize import start
-    from kernelevolve.synth import agent
 
     ws = tmp_path / "ws"
     settings = replace(cpu_settings(tmp_path), workspace=ws)

@@ -13,56 +13,23 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from kernelevolve import __version__
-from kernelevolve.errors import HarnessError, KernelevolveError
-
-app = typer.Typer(
-    name="kernelevolve",
-    help="Search for faster GPU kernels, verified against the PyTorch reference by a harness that cannot be fooled.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+from kernelevolve.cli_common import (
+    DeviceOpt,
+    JsonOpt,
+    PlatformOpt,
+    WorkspaceOpt,
+    app,
+    err,
+    fail,
+    fmt_x,
+    out,
+    settings_for,
 )
-# Messages are never hard-wrapped (paths must stay greppable) and never read as markup (candidates'
-# error messages may contain brackets): dynamic text goes through `escape`.
-err = Console(stderr=True, soft_wrap=True)
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-
-WorkspaceOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--workspace", "-w", help="Workspace directory [env KERNELEVOLVE_WORKSPACE; default ./.kernelevolve]."
-    ),
-]
-PlatformOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--platform", "-p", help="auto | cuda | cpu | rocm (auto: the GPU if present, else the CPU)."
-    ),
-]
-DeviceOpt = Annotated[int | None, typer.Option("--device", help="Device index on a multi-GPU machine.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-
-
-def _settings(workspace: Path | None, **flags: Any) -> Any:
-    from kernelevolve.config import load_settings
-
-    return load_settings(workspace, flags)
-
-
-def _fail(exc: KernelevolveError) -> None:
-    err.print(f"[bold red]error:[/] {escape(exc.message)}")
-    if exc.hint:
-        err.print(f"[dim]hint: {escape(exc.hint)}[/]")
-    raise typer.Exit(3 if isinstance(exc, HarnessError) else 2)
-
-
-def _fmt_x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+from kernelevolve.errors import KernelevolveError
 
 
 def _progress() -> Any:
@@ -133,7 +100,7 @@ def eval_cmd(
     from kernelevolve import jobs
 
     try:
-        settings = _settings(
+        settings = settings_for(
             workspace,
             platform=platform,
             device=device,
@@ -147,7 +114,7 @@ def eval_cmd(
         )
         loaded, verdicts = jobs.evaluate(spec, candidates, settings, on_event=_progress())
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
         doc: Any = verdicts[0].to_dict() if len(verdicts) == 1 else {
@@ -168,8 +135,8 @@ def _print_verdicts(verdicts: list[Any]) -> None:
             Path(v.candidate).name,
             str(v.status),
             "yes" if v.correct else "no",
-            _fmt_x(v.speedup_vs_eager),
-            _fmt_x(v.speedup_vs_compile),
+            fmt_x(v.speedup_vs_eager),
+            fmt_x(v.speedup_vs_compile),
             "-" if v.roofline_fraction is None else f"{v.roofline_fraction:.0%}",
             "-" if v.spread is None else f"{v.spread:.1%}",
         )
@@ -200,8 +167,8 @@ def _print_verdicts(verdicts: list[Any]) -> None:
                     _us(s.candidate),
                     _us(s.eager),
                     _us(s.compile),
-                    _fmt_x(s.speedup_vs_eager),
-                    _fmt_x(s.speedup_vs_compile),
+                    fmt_x(s.speedup_vs_eager),
+                    fmt_x(s.speedup_vs_compile),
                     "yes" if s.cuda_graphs else "no",
                     "-" if s.roofline_fraction is None else f"{s.roofline_fraction:.0%}",
                     s.bound or "-",
@@ -246,10 +213,10 @@ def baseline(
     from kernelevolve import jobs
 
     try:
-        settings = _settings(workspace, platform=platform, device=device, timing_budget_s=timing_budget)
+        settings = settings_for(workspace, platform=platform, device=device, timing_budget_s=timing_budget)
         loaded, rows, key, errors = jobs.baselines(spec, settings)
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
         sys.stdout.write(
@@ -272,7 +239,7 @@ def baseline(
             f"{r['weight']:.2f}",
             f"{eager['median_s'] * 1e6:.1f} us" if eager else "-",
             f"{comp['median_s'] * 1e6:.1f} us" if comp else "-",
-            _fmt_x(ratio),
+            fmt_x(ratio),
             "yes" if r["cuda_graphs"] else "no",
         )
     out.print(table)
@@ -302,7 +269,7 @@ def platforms(
 
     rows = []
     try:
-        settings = _settings(workspace, device=device)
+        settings = settings_for(workspace, device=device)
         for name in sorted(all_platforms()):
             p = get_platform(name)
             row = describe(p)
@@ -314,7 +281,7 @@ def platforms(
                     row["profile"], _ = jobs.hardware_profile(p, settings, ws, remeasure=remeasure)
             rows.append(row)
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
         sys.stdout.write(json.dumps({"platforms": rows}, indent=2, default=str) + "\n")
@@ -367,7 +334,7 @@ def spec_cmd(
     try:
         loaded = load_spec(spec)
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     summary = loaded.summary()
     if as_json:
@@ -406,13 +373,9 @@ def main() -> None:
 
 # The search commands (optimize, resume, runs, show, tune), the agent commands (agent, mcp), the
 # knowledge commands (kb, skills, profile) and the bench commands (bench, benches, export) live in
-# their own modules.
-from kernelevolve import cli_agent, cli_bench, cli_kb, cli_search  # noqa: E402, F401, I001
-
+# their own modules, which import only `cli_common`; importing them here, after this module's own
+# commands, adds theirs to `app` and lists them after eval, baseline and spec in --help.
+from kernelevolve import cli_agent, cli_bench, cli_kb, cli_search  # noqa: E402, F401
 
 if __name__ == "__main__":
-    # `python -m kernelevolve.cli`: the search commands registered on `kernelevolve.cli`'s app, which
-    # is not this `__main__` module's.
-    from kernelevolve.cli import main as registered_main
-
-    registered_main()
+    main()

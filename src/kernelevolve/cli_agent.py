@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from kernelevolve.cli import JsonOpt, PlatformOpt, WorkspaceOpt, _fail, _fmt_x, _settings, app, out
+from kernelevolve.cli_common import JsonOpt, PlatformOpt, WorkspaceOpt, app, fail, fmt_x, out, settings_for
 from kernelevolve.cli_search import BudgetOpt, PolicyOpt, _emit, _limits
 from kernelevolve.errors import KernelevolveError
 
@@ -44,13 +44,13 @@ def agent_start(
     from kernelevolve.synth import SynthConfig
 
     try:
-        settings = _settings(workspace, platform=platform)
+        settings = settings_for(workspace, platform=platform)
         limits = _limits(budget, None, None, None, None, None)
         run_id = jobs.start(
             spec, settings, SearchConfig(policy=policy).validate(), limits, SynthConfig("agent")
         )
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
         sys.stdout.write(json.dumps({"run_id": run_id}) + "\n")
@@ -71,12 +71,12 @@ def agent_next(
     Example:
       kernelevolve agent next 3f2a9c1e --json
     """
-    from kernelevolve.synth import agent
+    from kernelevolve import agent_jobs as agent
 
     try:
-        task = agent.next_task(_settings(workspace).workspace, run, new=new)
+        task = agent.next_task(settings_for(workspace).workspace, run, new=new)
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
         sys.stdout.write(json.dumps(task, indent=2) + "\n")
@@ -104,14 +104,14 @@ def agent_submit(
     Example:
       kernelevolve agent submit 3f2a9c1e 5 candidate.py
     """
-    from kernelevolve.synth import agent
+    from kernelevolve import agent_jobs as agent
 
     try:
         if not file.is_file():
             raise KernelevolveError(f"{file}: no such file")
-        result = agent.submit(_settings(workspace).workspace, run, node, file.read_text(errors="replace"))
+        result = agent.submit(settings_for(workspace).workspace, run, node, file.read_text(errors="replace"))
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
@@ -119,7 +119,7 @@ def agent_submit(
         out.print(escape(result["text"]))
         best = result["best"]
         out.print(
-            f"best so far: node {best.get('node')} {_fmt_x(best.get('fitness'))}; {best['spent']}/{best['budget']} candidates"
+            f"best so far: node {best.get('node')} {fmt_x(best.get('fitness'))}; {best['spent']}/{best['budget']} candidates"
         )
         if result["stop_reason"]:
             out.print(
@@ -135,12 +135,12 @@ def agent_finish(
     as_json: JsonOpt = False,
 ) -> None:
     """Close an agent run: re-measure the winners; write the best kernel, export and report."""
-    from kernelevolve.synth import agent
+    from kernelevolve import agent_jobs as agent
 
     try:
-        summary = agent.finish(_settings(workspace).workspace, run)
+        summary = agent.finish(settings_for(workspace).workspace, run)
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     _emit(summary, as_json)
 
@@ -159,6 +159,6 @@ def mcp(
     from kernelevolve.mcp_server import serve
 
     try:
-        serve(_settings(workspace).workspace.resolve(), platform)
+        serve(settings_for(workspace).workspace.resolve(), platform)
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)

@@ -18,7 +18,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kernelevolve.cli import JsonOpt, PlatformOpt, WorkspaceOpt, _fail, _fmt_x, _settings, app, err, out
+from kernelevolve.cli_common import (
+    JsonOpt,
+    PlatformOpt,
+    WorkspaceOpt,
+    app,
+    err,
+    fail,
+    fmt_x,
+    out,
+    settings_for,
+)
 from kernelevolve.cli_search import BudgetOpt, PolicyOpt, _limits
 from kernelevolve.errors import KernelevolveError
 
@@ -59,9 +69,9 @@ def _bench_progress() -> Any:
             spec = f"{counter} {escape(str(data.get('name') or data.get('path')))}:"  # runs interleave
             if inner == "evaluated" and d.get("new_best"):
                 v = d["verdict"]
-                err.print(f"[dim]    {spec} node {d['node']}: new best, {_fmt_x(v.fitness)} vs "
-                          f"{escape(str(v.method.fitness_baseline))}, {_fmt_x(v.speedup_vs_eager)} vs eager, "
-                          f"{_fmt_x(v.speedup_vs_compile)} vs compile[/]")  # fmt: skip
+                err.print(f"[dim]    {spec} node {d['node']}: new best, {fmt_x(v.fitness)} vs "
+                          f"{escape(str(v.method.fitness_baseline))}, {fmt_x(v.speedup_vs_eager)} vs eager, "
+                          f"{fmt_x(v.speedup_vs_compile)} vs compile[/]")  # fmt: skip
             elif inner == "stop":
                 err.print(f"[dim]    {spec} stopping: {escape(d['reason'])}[/]")
 
@@ -73,7 +83,7 @@ def _result_text(r: dict[str, Any]) -> str:
         return escape(str(r.get("message") or "no correct kernel")[:300])
     roof = r.get("roofline_fraction")
     return (
-        f"{_fmt_x(r.get('speedup_vs_eager'))} vs eager, {_fmt_x(r.get('speedup_vs_compile'))} vs compile"
+        f"{fmt_x(r.get('speedup_vs_eager'))} vs eager, {fmt_x(r.get('speedup_vs_compile'))} vs compile"
         + (f", {roof:.0%} of roofline" if roof else "")
         + f" ({r.get('candidates', 0)} candidates, {r.get('wall_s', 0):.0f} s)"
     )
@@ -172,7 +182,7 @@ def bench(
     from kernelevolve.synth import SynthConfig
 
     try:
-        settings = _settings(workspace, platform=platform, device=device, fitness_baseline=baseline,
+        settings = settings_for(workspace, platform=platform, device=device, fitness_baseline=baseline,
                              workers=workers, timing_budget_s=timing_budget)  # fmt: skip
         search = SearchConfig(policy=policy).validate()
         limits = _limits(budget, None, None, max_usd, None, None)
@@ -180,7 +190,7 @@ def bench(
         doc = run_bench(directory, settings, search, limits, synth, track=track, fresh=fresh, only=only, redo=redo,
                         devices=_devices(devices), per_device=per_device, on_event=_bench_progress())  # fmt: skip
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     except KeyboardInterrupt:
         err.print("[yellow]interrupted: the bench is stored; run the same command again to resume it[/]")
@@ -215,10 +225,10 @@ def benches_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> No
     from kernelevolve.store import Workspace
 
     try:
-        with Workspace.open(_settings(workspace).workspace) as ws:
+        with Workspace.open(settings_for(workspace).workspace) as ws:
             rows = ws.benches()
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
         sys.stdout.write(json.dumps({"benches": rows}, indent=2, default=str) + "\n")
@@ -247,10 +257,10 @@ def benches_show(
     from kernelevolve.store import Workspace
 
     try:
-        with Workspace.open(_settings(workspace).workspace) as ws:
+        with Workspace.open(settings_for(workspace).workspace) as ws:
             doc = bench_document(ws, ws.resolve_bench(bench_id))
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     _finish(doc, report, as_json)
 
@@ -278,7 +288,7 @@ def export(
     try:
         if fmt not in FORMATS:
             raise WorkspaceError(f"unknown format {fmt!r}", hint="formats: " + ", ".join(FORMATS))
-        with Workspace.open(_settings(workspace).workspace) as ws:
+        with Workspace.open(settings_for(workspace).workspace) as ws:
             ids = [ws.resolve_run(r) for r in runs or []]
             if bench_id is not None:
                 ids += [i["run_id"] for i in ws.bench_items(ws.resolve_bench(bench_id)) if i["run_id"]]
@@ -296,6 +306,6 @@ def export(
                 if output:
                     sink.close()
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     err.print(f"[dim]{count} {fmt} record(s) from {len(set(ids))} run(s)[/]")

@@ -16,7 +16,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kernelevolve.cli import JsonOpt, PlatformOpt, WorkspaceOpt, _fail, _fmt_x, _settings, app, err, out
+from kernelevolve.cli_common import (
+    JsonOpt,
+    PlatformOpt,
+    WorkspaceOpt,
+    app,
+    err,
+    fail,
+    fmt_x,
+    out,
+    settings_for,
+)
 from kernelevolve.errors import KernelevolveError
 
 T = TypeVar("T")
@@ -35,11 +45,11 @@ def _with_kb(workspace: Path | None, work: Callable[[Any, Any], T]) -> T:
     from kernelevolve.store import Workspace
 
     try:
-        settings = _settings(workspace)
+        settings = settings_for(workspace)
         with Workspace.open(settings.workspace) as ws:
             return work(ws, KnowledgeBase.for_settings(ws, settings))
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         raise  # _fail always exits
 
 
@@ -107,7 +117,7 @@ def kb_add(
     files again replaces them.
     """
     if not path.exists():
-        _fail(KernelevolveError(f"{path}: no such file or folder"))
+        fail(KernelevolveError(f"{path}: no such file or folder"))
         return
     docs = _with_kb(workspace, lambda ws, kb: kb.add(path, platform))
     if as_json:
@@ -148,7 +158,7 @@ def kb_show(
     """Print one document."""
     found = _with_kb(workspace, lambda ws, kb: kb.get(doc))
     if found is None:
-        _fail(
+        fail(
             KernelevolveError(
                 f"no document {doc!r} (or it names several)", hint="`kernelevolve kb list` shows the ids"
             )
@@ -206,7 +216,7 @@ def skills_list(
     for s in skills:
         gain = max((p.get("gain") or 0 for p in s["provenance"]), default=0)
         table.add_row(s["id"], s["status"], s["platform"], s["pattern"] or "-", str(len(s["provenance"])),
-                      _fmt_x(gain), escape(s["title"][:70]))  # fmt: skip
+                      fmt_x(gain), escape(s["title"][:70]))  # fmt: skip
     out.print(table)
 
 
@@ -219,7 +229,7 @@ def skills_show(
     """Print one skill: its text, change and provenance."""
     found = _with_kb(workspace, lambda ws, kb: ws.skill(skill))
     if found is None:
-        _fail(
+        fail(
             KernelevolveError(
                 f"no skill {skill!r} (or it names several)", hint="`kernelevolve skills list` shows them"
             )
@@ -232,10 +242,10 @@ def skills_show(
     out.print(escape(found["text"]))
     out.print(f"change: {escape(json.dumps(found['change']))}")
     for p in found["provenance"]:
-        rep = {None: "not re-measured", True: f"reproduced {_fmt_x(p.get('reproduced_gain'))}",
-               False: f"not reproduced ({_fmt_x(p.get('reproduced_gain'))})"}[p.get("reproduced")]  # fmt: skip
+        rep = {None: "not re-measured", True: f"reproduced {fmt_x(p.get('reproduced_gain'))}",
+               False: f"not reproduced ({fmt_x(p.get('reproduced_gain'))})"}[p.get("reproduced")]  # fmt: skip
         out.print(f"- run {p['run']} nodes {p['parent']}->{p['child']} on {escape(p['spec'])}: "
-                  f"{_fmt_x(p['gain'])}; {rep}")  # fmt: skip
+                  f"{fmt_x(p['gain'])}; {rep}")  # fmt: skip
 
 
 @app.command("profile")
@@ -260,17 +270,17 @@ def profile_cmd(
     from kernelevolve.profile.run import profile_file
 
     try:
-        settings = _settings(workspace, platform=platform, profile=profiler)
+        settings = settings_for(workspace, platform=platform, profile=profiler)
         result = profile_file(spec, candidate, settings, shape=shape)
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
         _dump(result)
         raise typer.Exit(0 if result["status"] == "ok" else 1)
     d = result["diagnosis"] or {}
-    out.print(f"[bold]{escape(result['candidate'])}[/]: {result['status']}, {_fmt_x(result['speedup_vs_eager'])} vs eager, "
-              f"{_fmt_x(result['speedup_vs_compile'])} vs compile")  # fmt: skip
+    out.print(f"[bold]{escape(result['candidate'])}[/]: {result['status']}, {fmt_x(result['speedup_vs_eager'])} vs eager, "
+              f"{fmt_x(result['speedup_vs_compile'])} vs compile")  # fmt: skip
     if d:
         from kernelevolve.synth.render import diagnosis_text
 

@@ -16,7 +16,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kernelevolve.cli import JsonOpt, PlatformOpt, WorkspaceOpt, _fail, _fmt_x, _settings, app, err, out
+from kernelevolve.cli_common import (
+    JsonOpt,
+    PlatformOpt,
+    WorkspaceOpt,
+    app,
+    err,
+    fail,
+    fmt_x,
+    out,
+    settings_for,
+)
 from kernelevolve.errors import KernelevolveError
 
 BudgetOpt = Annotated[int | None, typer.Option("--budget", "-n", help="Candidates to evaluate (default 50).")]
@@ -53,13 +63,13 @@ def _search_progress(state: dict[str, Any] | None = None) -> Any:
             v, best = data["verdict"], data["best"] or {}
             colour = "green" if v.ok else "red"
             what = (
-                f"{_fmt_x(v.speedup_vs_eager)} vs eager, {_fmt_x(v.speedup_vs_compile)} vs compile"
+                f"{fmt_x(v.speedup_vs_eager)} vs eager, {fmt_x(v.speedup_vs_compile)} vs compile"
                 if v.ok
                 else escape(v.message[:200])
             )
             star = " [bold]new best[/]" if data.get("new_best") else ""
             best_txt = (
-                f"best node {best['node']}: {_fmt_x(best.get('fitness'))}"
+                f"best node {best['node']}: {fmt_x(best.get('fitness'))}"
                 if best.get("node")
                 else "no correct kernel yet"
             )
@@ -106,15 +116,15 @@ def _print_summary(summary: dict[str, Any]) -> None:
         )
     else:
         against = (
-            f"{_fmt_x(summary.get('best_speedup_vs_best'))} vs {summary.get('best_baseline') or 'the best baseline'} "
+            f"{fmt_x(summary.get('best_speedup_vs_best'))} vs {summary.get('best_baseline') or 'the best baseline'} "
             "(the faster baseline), "
             if summary.get("best_speedup_vs_best") is not None
             else ""
         )
         out.print(
             f"[bold]run {summary['run_id']}[/]: best node {summary['best_node']}, {against}"
-            f"{_fmt_x(summary.get('best_speedup_vs_eager'))} vs eager, "
-            f"{_fmt_x(summary.get('best_speedup_vs_compile'))} vs compile (re-measured; fitness vs {b})"
+            f"{fmt_x(summary.get('best_speedup_vs_eager'))} vs eager, "
+            f"{fmt_x(summary.get('best_speedup_vs_compile'))} vs compile (re-measured; fitness vs {b})"
         )
         if summary.get("final_status") and summary["final_status"] != "ok":
             out.print(
@@ -140,9 +150,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
             best = s.get("speedup_vs_best")
             t.add_row(
                 s["shape"], f"{s['weight']:.2f}", "yes" if s["correct"] else "no", _us(s["time_us"]),
-                _us(s["eager_us"]), _us(s["compile_us"]), _fmt_x(s["speedup_vs_eager"]),
-                _fmt_x(s["speedup_vs_compile"]),
-                "-" if best is None else f"{_fmt_x(best)} ({s.get('best_baseline')})",
+                _us(s["eager_us"]), _us(s["compile_us"]), fmt_x(s["speedup_vs_eager"]),
+                fmt_x(s["speedup_vs_compile"]),
+                "-" if best is None else f"{fmt_x(best)} ({s.get('best_baseline')})",
                 "-" if s["roofline_fraction"] is None else f"{s['roofline_fraction']:.0%}",
                 s["dispatch"] if s["dispatch"] == "reference" else f"node {s['node']}",
             )  # fmt: skip
@@ -271,7 +281,7 @@ def optimize(
 
     state: dict[str, Any] = {}
     try:
-        settings = _settings(
+        settings = settings_for(
             workspace, platform=platform, device=device, fitness_baseline=baseline, workers=workers,
             timing_budget_s=timing_budget, executor=executor, ray_address=ray_address,
             devices=devices if devices is not None else (str(device) if device is not None else None),
@@ -290,7 +300,7 @@ def optimize(
                 err.print(f"[dim]{escape(estimate(ws, synth, limits.budget, settings).line())}[/]")
         summary = jobs.optimize(spec, settings, search, limits, synth, on_event=_search_progress(state))
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     except KeyboardInterrupt:
         raise _interrupted(state.get("run_id")) from None
@@ -325,7 +335,7 @@ def resume(
     from kernelevolve.store import Workspace
 
     try:
-        settings = _settings(workspace)
+        settings = settings_for(workspace)
         limits = None
         if budget is not None:
             with Workspace.open(settings.workspace) as ws:
@@ -334,7 +344,7 @@ def resume(
         where = _placement(device, devices)
         summary = jobs.drive(run, settings.workspace, _search_progress(), limits=limits, where=where)
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     except KeyboardInterrupt:
         raise _interrupted(run) from None
@@ -366,9 +376,9 @@ def runs_cmd(workspace: WorkspaceOpt = None, limit: int = 50, as_json: JsonOpt =
     from kernelevolve import optimize as jobs
 
     try:
-        rows = jobs.runs(_settings(workspace).workspace, limit)
+        rows = jobs.runs(settings_for(workspace).workspace, limit)
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
         slim = [{k: v for k, v in r.items() if k != "summary"} | _headline(r) for r in rows]
@@ -393,7 +403,7 @@ def runs_cmd(workspace: WorkspaceOpt = None, limit: int = 50, as_json: JsonOpt =
         t.add_row(
             r["run_id"], r["created_at"][:19], Path(r["spec_path"]).parent.name + "/" + Path(r["spec_path"]).name,
             r["platform"], r["synthesizer"], r["policy"], r["status"], str(sum(r["nodes"].values())),
-            _fmt_x(h["best_speedup_vs_eager"]), _fmt_x(h["best_speedup_vs_compile"]),
+            fmt_x(h["best_speedup_vs_eager"]), fmt_x(h["best_speedup_vs_compile"]),
         )  # fmt: skip
     out.print(t)
 
@@ -427,7 +437,7 @@ def show(
     from kernelevolve.store import Workspace
 
     try:
-        settings = _settings(workspace)
+        settings = settings_for(workspace)
         record, nodes = jobs.show(settings.workspace, run)
         if node is not None:
             with Workspace.open(settings.workspace) as ws:
@@ -435,7 +445,7 @@ def show(
             if not nodes:
                 raise KernelevolveError(f"run {record['run_id']} has no node {node}")
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
         sys.stdout.write(json.dumps({"run": record, "nodes": nodes}, indent=2, default=str) + "\n")
@@ -458,7 +468,7 @@ def show(
     out.print(
         f"[bold]run {record['run_id']}[/] {record['status']}: {escape(record['spec_path'])} on {record['platform']}, "
         f"{record['synthesizer']}, {record['policy']}; best node {record['best_node']}"
-        + (f", {_fmt_x(s.get('best_speedup_vs_eager'))} vs eager" if s else "")
+        + (f", {fmt_x(s.get('best_speedup_vs_eager'))} vs eager" if s else "")
     )
     t = Table(show_header=True, box=None, padding=(0, 2))
     for col in ("node", "parent", "mode", "state", "status", "vs eager", "vs compile", "note"):
@@ -468,8 +478,8 @@ def show(
             "-" if n["parent"] is None else str(n["parent"]) + (f"+{n['parent2']}" if n["parent2"] else "")
         )
         t.add_row(
-            str(n["id"]), parent, n["mode"], n["state"], n["status"] or "-", _fmt_x(n["speedup_vs_eager"]),
-            _fmt_x(n["speedup_vs_compile"]), escape((n["note"] or n["message"] or "")[:70]),
+            str(n["id"]), parent, n["mode"], n["state"], n["status"] or "-", fmt_x(n["speedup_vs_eager"]),
+            fmt_x(n["speedup_vs_compile"]), escape((n["note"] or n["message"] or "")[:70]),
         )  # fmt: skip
     out.print(t)
 
@@ -497,13 +507,13 @@ def tune(
     from kernelevolve.search.policies import SearchConfig
 
     try:
-        settings = _settings(workspace, platform=platform)
+        settings = settings_for(workspace, platform=platform)
         result = jobs.tune(
             spec, kernel, settings, SearchConfig(policy=policy).validate(), _limits(budget, None, None, None, None, None),
             on_event=_search_progress(),
         )  # fmt: skip
     except KernelevolveError as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
@@ -514,7 +524,7 @@ def tune(
     for r in result["shapes"]:
         t.add_row(
             r["shape"], escape(json.dumps(r["config"])) if r["config"] else "-", _us(r["time_us"]),
-            _fmt_x(r["speedup_vs_eager"]), _fmt_x(r["speedup_vs_compile"]),
+            fmt_x(r["speedup_vs_eager"]), fmt_x(r["speedup_vs_compile"]),
             "-" if r["roofline_fraction"] is None else f"{r['roofline_fraction']:.0%}", str(r["nodes_evaluated"]),
             r["run_id"],
         )  # fmt: skip

@@ -1,6 +1,6 @@
 """`kernelevolve mcp`: the external-agent interface as an MCP server (official `mcp` SDK, stdio).
 
-The tools are the functions of `kernelevolve.synth.agent` plus what an agent needs around them:
+The tools are the functions of `kernelevolve.agent_jobs` plus what an agent needs around them:
 
     start_run(spec, budget, platform, policy)   a new agent-driven run; its id
     next_task(run_id, new)                      the selected node's task: prompt, files, how to submit
@@ -34,7 +34,7 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
     except ImportError as exc:
         raise KernelevolveError(INSTALL_HINT) from exc
 
-    from kernelevolve.synth import agent
+    from kernelevolve import agent_jobs as agent
 
     server = MCPServer(
         name="kernelevolve",

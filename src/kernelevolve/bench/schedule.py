@@ -9,13 +9,14 @@ starts, each device's usable memory is 90% of what is free (`DeviceMemory`). Bef
 memory plan's inputs are asked (`demand(i)`: what one of its workers needs, and what its pool's
 workers and spares would like), each with half again to spare (the need is an estimate,
 `evaluate.memory`); its run is granted what it would like or the even split 1/K, whichever is more,
-or what is left if that is less but still holds one worker's need. A spec that one worker of it cannot fit beside the runs in progress
-waits for them to end, and the specs behind it wait too (first come, first served: a large spec is
-never starved by small ones); a spec that does not fit even on the idle device runs alone, and its
-memory plan refuses it with the numbers. A run learns its part through `Settings.device_share`: the
-device's usable memory over the grant (`evaluate.memory.plan` sizes its workers from it,
-`evaluate.pool.gpu_shares` caps each worker by it). On the CPU, or where the device's memory is
-unknown, each of the `per_device` runs gets an even 1/K, as before.
+or what is left if that is less but still holds one worker's need. A spec that one worker of it
+cannot fit beside the runs in progress waits for them to end, and the specs behind it wait too
+(first come, first served: a large spec is never starved by small ones); a spec that does not fit
+even on the idle device runs alone, and its memory plan refuses it with the numbers. A spec whose
+tensors the probe could not count asks for the even split. A run learns its part through
+`Settings.device_share`: 90% of the device's memory over the grant (`evaluate.memory.plan` sizes its
+workers from it, `evaluate.pool.gpu_shares` caps each worker by it). On the CPU, or where the
+device's memory is unknown, each of the `per_device` runs gets an even 1/K, as before.
 
 Ctrl-C: no new spec starts, and `interrupt` is set, so the runs in the threads stop as the run in
 the main thread would (their evaluations in flight are dropped, their nodes left for the resume). A
@@ -131,11 +132,11 @@ def schedule(
 
     def run(i: int, device: int) -> None:
         ledger = ledgers.get(device)
-        asked = demand(i) if ledger is not None and demand is not None else None
-        if ledger is None or asked is None:  # an even split: the CPU, or nothing to plan on
+        if ledger is None or demand is None:  # an even split: the CPU, or the memory unknown
             one(i, pinned(settings, device, per_device))
             return
-        need, wish = asked
+        # nothing to plan on (the probe could not count the tensors): the even split, granted
+        need, wish = demand(i) or (int(ledger.fair / MARGIN),) * 2
         grant = ledger.acquire(need, wish, stop)
         if grant is None:
             return

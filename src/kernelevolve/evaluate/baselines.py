@@ -11,9 +11,9 @@ import dataclasses
 from typing import Any
 
 from kernelevolve.evaluate.inputs import PROBE_SEED, conform, copy_into, make_inputs
+from kernelevolve.evaluate.prepared import Prepared, ShapeState, forward_backward, trainable_inputs
 from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.timing import Callee, TimingPlan, time_shape
-from kernelevolve.evaluate.worker import Prepared, ShapeState, forward_backward, trainable_inputs
 
 
 def callee(

@@ -44,12 +44,18 @@ from kernelevolve.evaluate.inputs import (
     share_weights,
 )
 from kernelevolve.evaluate.inputs import digest as input_digest
+from kernelevolve.evaluate.prepared import (
+    Prepared,
+    ShapeState,
+    forward_backward,
+    peak_memory,
+    trainable_inputs,
+)
 from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.runtime import Integrity, OpRecorder, new_threads, python_threads
 from kernelevolve.evaluate.sandbox import descendants
 from kernelevolve.evaluate.timing import LARGE_OUTPUT_BYTES, Callee, ShapeTiming, TimingPlan, time_shape
 from kernelevolve.evaluate.verdict import Method, ShapeResult, Status, Verdict, Violation
-from kernelevolve.evaluate.worker import Prepared, ShapeState, forward_backward, peak_memory, trainable_inputs
 from kernelevolve.profile.roofline import flop_class, roofline
 
 COMPILE_ERRORS = (

@@ -9,8 +9,10 @@
   the `ray` extra), one per GPU (`num_gpus=1`). Each actor runs the same pool on the node Ray placed
   it on; the verdicts are the same values.
 
-Executors register by name (`register_executor`), so a test or a plugin adds its own the way
-synthesizers and model providers do.
+Executors register by name: a package names an `Executor` under the entry-point group
+`kernelevolve.executors` (as platforms and model providers do: one file and one line of its
+pyproject.toml), loaded when a search asks for that name; a test registers one with
+`register_executor`. This module imports no executor but its own (`local`).
 """
 
 from __future__ import annotations
@@ -72,19 +74,34 @@ class Executor:
 
 
 EXECUTORS: dict[str, Executor] = {}
+GROUP = "kernelevolve.executors"
+# The built-ins' entry points, for a source tree that was never installed (pyproject.toml names them).
+BUILTIN = {"ray": "kernelevolve.evaluate.ray_executor:RAY"}
 
 
 def register_executor(name: str, executor: Executor) -> None:
     EXECUTORS[name] = executor
 
 
+def _advertised() -> dict[str, str]:
+    """Executor names to their entry points ("module:attribute"), the installed ones over the built-ins."""
+    from importlib.metadata import entry_points
+
+    return {**BUILTIN, **{ep.name: ep.value for ep in entry_points(group=GROUP)}}
+
+
 def get_executor(name: str) -> Executor:
-    if name == "ray" and name not in EXECUTORS:
-        import kernelevolve.evaluate.ray_executor  # noqa: F401 - registers "ray"; needs the extra
     if name not in EXECUTORS:
-        raise WorkspaceError(
-            f"unknown executor {name!r}", hint="executors: " + ", ".join(sorted({*EXECUTORS, "ray"}))
-        )
+        target = _advertised().get(name)
+        if target is None:
+            raise WorkspaceError(
+                f"unknown executor {name!r}",
+                hint="executors: " + ", ".join(sorted({*EXECUTORS, *_advertised()})),
+            )
+        import importlib
+
+        module, _, attribute = target.partition(":")
+        register_executor(name, getattr(importlib.import_module(module), attribute))  # Ray: the extra
     return EXECUTORS[name]
 
 

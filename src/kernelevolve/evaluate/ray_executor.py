@@ -51,7 +51,7 @@ from typing import Any
 
 from kernelevolve.config import Settings
 from kernelevolve.errors import HarnessError, KernelevolveError, SpecError, WorkspaceError
-from kernelevolve.evaluate.executors import Executor, LeastLoaded, Request, register_executor
+from kernelevolve.evaluate.executors import Executor, LeastLoaded, Request
 from kernelevolve.evaluate.pool import EvaluationAborted, EvaluatorPool, candidate_hash
 from kernelevolve.evaluate.verdict import Status, Verdict
 from kernelevolve.platforms import Platform, get_platform
@@ -452,4 +452,5 @@ def _resources(res: dict[str, float]) -> str:
     return ", ".join(f"{res.get(k, 0):g} {k}" for k in ("GPU", "CPU"))
 
 
-register_executor("ray", Executor(build=RayEvaluator, slots=ray_slots))
+# Named by the entry point `ray` of the group `kernelevolve.executors` (pyproject.toml).
+RAY = Executor(build=RayEvaluator, slots=ray_slots)

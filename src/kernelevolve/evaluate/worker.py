@@ -33,92 +33,21 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kernelevolve.errors import SpecError
+from kernelevolve.evaluate.prepared import (
+    CaseState,
+    Prepared,
+    ShapeState,
+    forward_backward,
+    memory_mark,
+    memory_peak,
+    trainable_inputs,
+)
 from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.timing import LARGE_OUTPUT_BYTES
-
-
-@dataclass
-class CaseState:
-    case: Any  # inputs.Case
-    digest: list[Any]
-    ref_outputs: list[Any]
-
-
-@dataclass
-class ShapeState:
-    shape: Any  # spec.ShapeSpec
-    reference: Any
-    compiled: Any = None
-    grad_outputs: list[Any] | None = None
-    cases: list[CaseState] = field(default_factory=list)
-    flops: int = 0
-    bytes: int = 0
-
-
-@dataclass
-class Prepared:
-    platform: Any
-    device: Any
-    settings: dict[str, Any]
-    notes: list[str]
-    info: dict[str, Any]
-    spec: Any = None
-    module: Any = None
-    shapes: list[ShapeState] = field(default_factory=list)
-    baseline_errors: dict[str, str] = field(default_factory=dict)
-    launches: Any = None
-    timer: Any = None
-    lease_key: str = ""  # the device lease's name (`Platform.lease_key`), given by the engine
-    steps: dict[str, float] = field(default_factory=dict)  # seconds per start-up step (info["prepare_steps"])
-
-
-def flatten(out: Any) -> list[Any]:
-    return list(out) if isinstance(out, list | tuple) else [out]
-
-
-def forward_backward(
-    model: Any,
-    inputs: list[Any],
-    grad_outputs: list[Any] | None,
-    torch: Any,
-    around_forward: Any = None,
-    around_backward: Any = None,
-) -> list[Any]:
-    """Outputs of `model(*inputs)`, followed (for training specs) by gradients of the floating inputs
-    and of the parameters, in a fixed order, for the given output gradients. `around_forward` and
-    `around_backward` are context managers wrapped around each half (the runtime op recorders)."""
-    fwd = around_forward if around_forward is not None else contextlib.nullcontext()
-    bwd = around_backward if around_backward is not None else contextlib.nullcontext()
-    if grad_outputs is None:
-        with torch.no_grad(), fwd:
-            return flatten(model(*inputs))
-    leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
-    params = [p for _, p in sorted(model.named_parameters()) if p.requires_grad]
-    with fwd:
-        outs = flatten(model(*inputs))
-    diff = [(o, g) for o, g in zip(outs, grad_outputs, strict=True) if o.requires_grad]
-    with bwd:
-        grads = torch.autograd.grad(
-            [o for o, _ in diff], leaves + params, [g for _, g in diff], allow_unused=True
-        )
-    result = [o.detach() for o in outs]
-    for g, t in zip(grads, leaves + params, strict=True):
-        result.append(torch.zeros_like(t) if g is None else g)
-    return result
-
-
-def trainable_inputs(values: list[Any], torch: Any, backward: bool) -> list[Any]:
-    if not backward:
-        return values
-    return [
-        v.detach().requires_grad_(True) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-        for v in values
-    ]
 
 
 def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
@@ -159,9 +88,9 @@ def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
     steps["device"] = time.perf_counter() - t0
     if msg.get("spec_path"):
         t = time.perf_counter()
-        start = _memory_mark(state, torch)
+        start = memory_mark(state, torch)
         _prepare_spec(state, Path(msg["spec_path"]), torch)
-        state.info["prepare_peak_bytes"] = _memory_peak(state, torch, start)
+        state.info["prepare_peak_bytes"] = memory_peak(state, torch, start)
         inner = steps.get("compile_baseline", 0.0) + steps.get("reference_outputs", 0.0)
         steps["spec"] = time.perf_counter() - t - inner  # loading it, models and probe inputs
     t = time.perf_counter()
@@ -233,38 +162,6 @@ def _available(state: Prepared, torch: Any) -> int:
         total = torch.cuda.get_device_properties(state.device).total_memory
         free = min(free, int(float(fraction) * total) - torch.cuda.memory_allocated(state.device))
     return int(free)
-
-
-def _memory_mark(state: Prepared, torch: Any) -> int:
-    """Where a peak of memory is measured from: the device allocator's peak reset (a GPU), or the
-    process's resident size now (the CPU, whose peak since then `_memory_peak` reads)."""
-    if state.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(state.device)
-        return int(torch.cuda.memory_allocated(state.device))
-    try:
-        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return 0
-
-
-def _memory_peak(state: Prepared, torch: Any, start: int) -> int:
-    """Bytes the work since `_memory_mark` needed at its peak, beyond what was held before."""
-    return max(0, (peak_memory(state) or 0) - start)
-
-
-def peak_memory(state: Prepared) -> int | None:
-    """The peak so far (since the last `_memory_mark` on a GPU): allocated device memory on a GPU, the
-    process's resident size on the CPU."""
-    try:
-        if state.device.type == "cuda":
-            import torch
-
-            return int(torch.cuda.max_memory_allocated(state.device))
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-    except Exception:
-        return None
 
 
 def _gpu_lease(state: Prepared) -> Any:

@@ -1,32 +1,11 @@
-"""The external-agent interface: any coding agent, or a person, is the operator (ask/tell).
-
-    kernelevolve agent start SPEC            a run whose synthesizer is `agent`
-    kernelevolve agent next RUN              select a node, write its task and files, print them
-    kernelevolve agent submit RUN NODE FILE  evaluate FILE for that node; print the verdict
-    kernelevolve agent finish RUN            re-measure the winners; best kernel, export, report
-
-The task is the universal operator's prompt (`synth/prompt.py`) for the selected node, the same one a
-model would get, written to `<workspace>/runs/<run>/node-<n>/TASK.md` beside `parent.py` (the
-parent's kernel, when there is one) and `candidate.py` (a starting point to edit). `next` is
-idempotent: while a selected node awaits its submission, `next` hands out that node again (`new=True`
-selects another, for agents working in parallel). A submission is evaluated by the same isolated
-harness as any candidate, and recorded as the node's proposal and verdict: budgets, the tree, resume
-and the report treat it like any other node. The MCP server (`kernelevolve.mcp_server`) exposes the
-same functions as tools.
+"""The synthesizer of a run driven from outside (`kernelevolve agent ...`, the MCP server): any coding
+agent, or a person, is the operator. The engine never asks it for a proposal; the agent jobs
+(`kernelevolve.agent_jobs`: next task, submit, finish) hand out tasks and record submissions.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-from kernelevolve.errors import WorkspaceError
-from kernelevolve.evaluate.verdict import best_baseline_label
-from kernelevolve.store import Workspace
 from kernelevolve.synth.base import Proposal, Task, Tools
-
-PROMPT_TOKENS = 24_000
-SUBMIT_NOTE = "submitted by an external agent"
 
 
 class ExternalAgent:
@@ -38,123 +17,4 @@ class ExternalAgent:
         return Proposal(source=None, error="an agent run's candidates come from `kernelevolve agent submit`")
 
 
-def _prompt(task: Task) -> tuple[str, str]:
-    from kernelevolve.synth.prompt import synthesize
-
-    return synthesize(task, PROMPT_TOKENS, tool_mode=False)
-
-
-def next_task(workspace: Path, run_id: str, new: bool = False) -> dict[str, Any]:
-    """The task of the node awaiting a submission (selecting one if none waits, or if `new`).
-    `{"done": True, "reason": ...}` once the run's limits are reached."""
-    from kernelevolve.optimize import build_engine, run_dir
-
-    with Workspace.open(workspace) as ws:
-        engine = build_engine(ws, run_id)
-        _require_agent(engine.synth.name, engine.run_id)
-        waiting = [n.id for n in engine.tree().nodes.values() if n.state == "created"]
-        if waiting and not new:
-            node_id = waiting[0]
-        else:
-            why = engine.stop_reason()
-            if why:
-                return {
-                    "run_id": engine.run_id,
-                    "done": True,
-                    "reason": why,
-                    "finish": f"kernelevolve agent finish {engine.run_id}",
-                }
-            node_id = engine.new_node()
-        task = engine.task(node_id)
-        system, user = _prompt(task)
-        folder = run_dir(ws, engine.run_id) / f"node-{node_id}"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "TASK.md").write_text(f"{system}\n\n{user}\n")
-        files = {"task": str(folder / "TASK.md")}
-        start = task.parents[0].source if task.parents and task.parents[0].source else None
-        if start is not None:
-            (folder / "parent.py").write_text(start)
-            files["parent"] = str(folder / "parent.py")
-        candidate = folder / "candidate.py"
-        if not candidate.exists():
-            candidate.write_text(
-                start or "# Write a complete candidate here: a ModelNew with the reference's constructor.\n"
-            )
-        files["candidate"] = str(candidate)
-        return {
-            "run_id": engine.run_id,
-            "done": False,
-            "node": node_id,
-            "mode": task.mode,
-            "parents": [p.id for p in task.parents],
-            "spec": str(task.spec.path),
-            "platform": task.platform,
-            "system": system,
-            "prompt": user,
-            "files": files,
-            "submit": f"kernelevolve agent submit {engine.run_id} {node_id} {candidate}",
-        }
-
-
-def submit(
-    workspace: Path, run_id: str, node_id: int, source: str, note: str = SUBMIT_NOTE
-) -> dict[str, Any]:
-    """Evaluate `source` as node `node_id`'s candidate; the verdict, as data and as text."""
-    from kernelevolve.optimize import build_engine, run_dir
-    from kernelevolve.search.engine import describe_verdict
-
-    with Workspace.open(workspace) as ws:
-        engine = build_engine(ws, run_id)
-        _require_agent(engine.synth.name, engine.run_id)
-        tree = engine.tree()
-        if node_id not in tree.nodes:
-            raise WorkspaceError(
-                f"run {engine.run_id} has no node {node_id}",
-                hint=f"`kernelevolve agent next {engine.run_id}`",
-            )
-        if tree[node_id].state != "created":
-            raise WorkspaceError(
-                f"node {node_id} of run {engine.run_id} already has its candidate ({tree[node_id].state})",
-                hint=f"ask for another task: `kernelevolve agent next {engine.run_id}`",
-            )
-        task_file = run_dir(ws, engine.run_id) / f"node-{node_id}" / "TASK.md"
-        prompt = task_file.read_text() if task_file.is_file() else None
-        ws.propose_node(engine.run_id, node_id, source=source, note=note, prompt=prompt)
-        with engine.attached():
-            verdict = engine.evaluate(node_id)
-        return {
-            "run_id": engine.run_id,
-            "node": node_id,
-            "status": str(verdict.status),
-            "correct": verdict.correct,
-            "speedup_vs_eager": verdict.speedup_vs_eager,
-            "speedup_vs_compile": verdict.speedup_vs_compile,
-            "speedup_vs_best": verdict.speedup_vs_best,
-            "best_baseline": best_baseline_label(s.best_baseline for s in verdict.shapes),
-            "fitness": verdict.fitness,
-            "text": describe_verdict(verdict.to_dict()),
-            "best": engine.best_info(),
-            "stop_reason": engine.stop_reason(),
-            "verdict": verdict.to_dict(),
-        }
-
-
-def finish(workspace: Path, run_id: str) -> dict[str, Any]:
-    """Close an agent run: re-measure the winners, write the best kernel, export and report."""
-    from kernelevolve.optimize import build_engine
-
-    with Workspace.open(workspace) as ws:
-        engine = build_engine(ws, run_id)
-        with engine.attached():
-            return engine.finish(engine.stop_reason() or "finished by the agent")
-
-
-def _require_agent(name: str, run_id: str) -> None:
-    if name != "agent":
-        raise WorkspaceError(
-            f"run {run_id} is driven by {name}, not an external agent",
-            hint="start an agent run with `kernelevolve agent start SPEC`",
-        )
-
-
-__all__ = ["ExternalAgent", "finish", "next_task", "submit"]
+__all__ = ["ExternalAgent"]

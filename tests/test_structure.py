@@ -1,0 +1,97 @@
+"""The package's import graph (issue H): no module imports, directly or through others, a module that
+imports it back. Read from the sources (every `import` statement, those inside functions included:
+a lazy import is still a dependency), not from what an interpreter happened to load."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = "kernelevolve"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that `name` imports: `import a.b`, `from a import b` (b a module or a
+    name in a), relative imports resolved."""
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:  # `a.b.name` -> the module `a.b`
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_package_has_no_import_loops() -> None:
+    modules = _modules()
+    assert len(modules) > 100 and "kernelevolve.evaluate.worker" in modules
+    graph = {name: _imports(path, name, modules) for name, path in modules.items()}
+    # a package's __init__ may gather its modules, and they may import their package's contract from
+    # it: a parent package <-> its own submodule is not a loop between modules
+    for name in graph:
+        graph[name] = {t for t in graph[name] if not (name.startswith(t + ".") and t in modules)}
+    assert _cycles(graph) == []
+
+
+def test_the_loop_finder_finds_a_loop() -> None:
+    """The control: a graph with a loop through three modules, and one without."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
