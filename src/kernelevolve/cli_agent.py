@@ -12,8 +12,20 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from kernelevolve.cli_common import JsonOpt, PlatformOpt, WorkspaceOpt, app, fail, fmt_x, out, settings_for
-from kernelevolve.cli_search import BudgetOpt, PolicyOpt, _emit, _limits
+from kernelevolve.cli_common import (
+    BudgetOpt,
+    JsonOpt,
+    PlatformOpt,
+    PolicyOpt,
+    WorkspaceOpt,
+    app,
+    fail,
+    fmt_x,
+    limits_from,
+    out,
+    settings_for,
+)
+from kernelevolve.cli_search import emit_summary
 from kernelevolve.errors import KernelevolveError
 
 agent_app = typer.Typer(
@@ -45,7 +57,7 @@ def agent_start(
 
     try:
         settings = settings_for(workspace, platform=platform)
-        limits = _limits(budget, None, None, None, None, None)
+        limits = limits_from(budget, None, None, None, None, None)
         run_id = jobs.start(
             spec, settings, SearchConfig(policy=policy).validate(), limits, SynthConfig("agent")
         )
@@ -142,7 +154,7 @@ def agent_finish(
     except KernelevolveError as exc:
         fail(exc)
         return
-    _emit(summary, as_json)
+    emit_summary(summary, as_json)
 
 
 @app.command()

@@ -19,17 +19,19 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelevolve.cli_common import (
+    BudgetOpt,
     JsonOpt,
     PlatformOpt,
+    PolicyOpt,
     WorkspaceOpt,
     app,
     err,
     fail,
     fmt_x,
+    limits_from,
     out,
     settings_for,
 )
-from kernelevolve.cli_search import BudgetOpt, PolicyOpt, _limits
 from kernelevolve.errors import KernelevolveError
 
 benches_app = typer.Typer(help="Benches in the workspace: list them, show one, write its report.",
@@ -185,7 +187,7 @@ def bench(
         settings = settings_for(workspace, platform=platform, device=device, fitness_baseline=baseline,
                              workers=workers, timing_budget_s=timing_budget)  # fmt: skip
         search = SearchConfig(policy=policy).validate()
-        limits = _limits(budget, None, None, max_usd, None, None)
+        limits = limits_from(budget, None, None, max_usd, None, None)
         synth = SynthConfig(name=llm or "tuner", base_url=base_url)
         doc = run_bench(directory, settings, search, limits, synth, track=track, fresh=fresh, only=only, redo=redo,
                         devices=_devices(devices), per_device=per_device, on_event=_bench_progress())  # fmt: skip

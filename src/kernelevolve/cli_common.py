@@ -3,7 +3,8 @@ the common options, and how a failure is said and settings are loaded.
 
 `cli.py` (eval, baseline, spec, ...) and `cli_search.py`, `cli_agent.py`, `cli_kb.py`, `cli_bench.py`
 import this module and add their commands to `app`; `cli.py` imports the others once, so that
-`kernelevolve.cli:main` knows every command. No command module imports another.
+`kernelevolve.cli:main` knows every command. Besides this module, a command module imports only
+`cli_search.emit_summary` (`cli_agent` prints a run's summary as `optimize` does).
 """
 
 from __future__ import annotations
@@ -61,6 +62,26 @@ def fail(exc: KernelevolveError) -> None:
 
 def fmt_x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+BudgetOpt = Annotated[int | None, typer.Option("--budget", "-n", help="Candidates to evaluate (default 50).")]
+PolicyOpt = Annotated[
+    str, typer.Option(help="Selection policy: uct | greedy | evolutionary (see docs/search.md).")
+]
+
+
+def limits_from(budget: int | None, wall: float | None, max_tokens: int | None, max_usd: float | None,
+            patience: int | None, target: float | None) -> Any:  # fmt: skip
+    from kernelevolve.search.limits import Limits
+
+    return Limits(
+        budget=budget or 50,
+        wall_s=wall,
+        max_tokens=max_tokens,
+        max_usd=max_usd,
+        patience=patience,
+        target=target,
+    ).validate()
 
 
 __all__ = [

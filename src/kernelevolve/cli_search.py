@@ -17,22 +17,20 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelevolve.cli_common import (
+    BudgetOpt,
     JsonOpt,
     PlatformOpt,
+    PolicyOpt,
     WorkspaceOpt,
     app,
     err,
     fail,
     fmt_x,
+    limits_from,
     out,
     settings_for,
 )
 from kernelevolve.errors import KernelevolveError
-
-BudgetOpt = Annotated[int | None, typer.Option("--budget", "-n", help="Candidates to evaluate (default 50).")]
-PolicyOpt = Annotated[
-    str, typer.Option(help="Selection policy: uct | greedy | evolutionary (see docs/search.md).")
-]
 
 
 def _search_progress(state: dict[str, Any] | None = None) -> Any:
@@ -184,27 +182,13 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} us"
 
 
-def _emit(summary: dict[str, Any], as_json: bool) -> None:
+def emit_summary(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
         slim = {k: v for k, v in summary.items() if k != "final"}
         sys.stdout.write(json.dumps(slim, indent=2, default=str) + "\n")
     else:
         _print_summary(summary)
     raise typer.Exit(0 if summary.get("best_node") is not None else 1)
-
-
-def _limits(budget: int | None, wall: float | None, max_tokens: int | None, max_usd: float | None,
-            patience: int | None, target: float | None) -> Any:  # fmt: skip
-    from kernelevolve.search.limits import Limits
-
-    return Limits(
-        budget=budget or 50,
-        wall_s=wall,
-        max_tokens=max_tokens,
-        max_usd=max_usd,
-        patience=patience,
-        target=target,
-    ).validate()
 
 
 @app.command()
@@ -290,7 +274,7 @@ def optimize(
             policy=policy, draft=draft, schedule=tuple(m.strip() for m in schedule.split(",") if m.strip()),
             parallel=parallel, seed=seed,
         ).validate()  # fmt: skip
-        limits = _limits(budget, wall, max_tokens, max_usd, patience, target)
+        limits = limits_from(budget, wall, max_tokens, max_usd, patience, target)
         synth = SynthConfig(name=llm or "tuner", base_url=base_url, single_shot=single_shot)
         if synth.is_model:  # what the model will likely cost, before the first call
             from kernelevolve.cost import estimate
@@ -304,7 +288,7 @@ def optimize(
         return
     except KeyboardInterrupt:
         raise _interrupted(state.get("run_id")) from None
-    _emit(summary, as_json)
+    emit_summary(summary, as_json)
 
 
 @app.command()
@@ -348,7 +332,7 @@ def resume(
         return
     except KeyboardInterrupt:
         raise _interrupted(run) from None
-    _emit(summary, as_json)
+    emit_summary(summary, as_json)
 
 
 def _placement(device: int | None, devices: str | None) -> dict[str, Any] | None:
@@ -509,7 +493,7 @@ def tune(
     try:
         settings = settings_for(workspace, platform=platform)
         result = jobs.tune(
-            spec, kernel, settings, SearchConfig(policy=policy).validate(), _limits(budget, None, None, None, None, None),
+            spec, kernel, settings, SearchConfig(policy=policy).validate(), limits_from(budget, None, None, None, None, None),
             on_event=_search_progress(),
         )  # fmt: skip
     except KernelevolveError as exc:
