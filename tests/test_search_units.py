@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -239,14 +240,16 @@ def test_dispatch_uses_a_kernel_only_where_it_beats_eager_beyond_the_noise() -> 
     assert table["unseen"] == {"node": None}
 
 
-@pytest.mark.parametrize("budget", [1, 3])
+@pytest.mark.parametrize("budget", [1, 2, 3])
 def test_a_new_best_is_profiled_only_while_later_candidates_can_read_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
 ) -> None:
-    """A profile holds the device's lease for 10-20 s (ncu): one that no later proposal reads is the
-    device's time spent for nothing (it was most of a budget-2 bench's wall time on an H100)."""
+    """A profile costs seconds of the device's lease and ~15 s of wall time: one that no later
+    proposal reads is spent for nothing (it was most of a budget-2 bench's wall time on an H100).
+    With one expansion at a time, the next candidate is being proposed while a profile runs, so a
+    profile is taken only when at least two candidates are left after the new best."""
     from kernelevolve.optimize import drive, start
-    from kernelevolve.search import engine as engine_mod
+    from kernelevolve.search import profiling
     from kernelevolve.synth import SynthConfig
     from tests.conftest import SPECS, cpu_settings
 
@@ -256,7 +259,7 @@ def test_a_new_best_is_profiled_only_while_later_candidates_can_read_it(
         profiled.append(source)
         return {}
 
-    monkeypatch.setattr(engine_mod, "profile_candidate", fake_profile)
+    monkeypatch.setattr(profiling, "profile_candidate", fake_profile)
     settings = cpu_settings(tmp_path, profile="torch", baselines=["eager"], fitness_baseline="eager")
     run_id = start(SPECS / "softmax.py", settings, SearchConfig(draft=1, parallel=1), Limits(budget=budget),
                    SynthConfig("tuner"))  # fmt: skip
@@ -264,9 +267,47 @@ def test_a_new_best_is_profiled_only_while_later_candidates_can_read_it(
     with Workspace.open(settings.workspace) as ws:
         nodes = sorted(ws.nodes(run_id, text=True), key=lambda n: n["id"])
     assert len(nodes) == budget and nodes[0]["status"] == "ok", [(n["status"], n["message"]) for n in nodes]
-    last = nodes[-1]["source"]
-    assert last not in profiled  # nothing was left to propose after it
-    if budget > 1:  # the first candidate, a new best with two more to come, was profiled
+    assert nodes[-1]["source"] not in profiled  # nothing was left to propose after it
+    if budget > 2:  # the first candidate, a new best with two more to come, was profiled
         assert profiled and profiled[0] == nodes[0]["source"]
     else:
         assert profiled == []
+
+
+def test_a_profile_runs_beside_the_search_and_its_diagnosis_lands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one expansion at a time, the next candidate is evaluated while the new best is being
+    profiled (the profile below returns only once it has seen that); the run then waits for the
+    profile, whose metrics reach the new best's diagnosis. Were the profile taken inside the
+    expansion, as before, it would wait for a candidate that cannot start, and see none."""
+    from kernelevolve.optimize import drive, start
+    from kernelevolve.search import profiling
+    from kernelevolve.synth import SynthConfig
+    from tests.conftest import SPECS, cpu_settings
+
+    settings = cpu_settings(tmp_path, profile="torch", baselines=["eager"], fitness_baseline="eager")
+    seen: list[int] = []
+
+    def slow_profile(spec: object, platform: object, source: str, settings_: object, **kw: object) -> dict:
+        deadline = time.monotonic() + 90
+        evaluated = 0
+        while time.monotonic() < deadline:
+            with Workspace.open(settings.workspace) as ws:
+                evaluated = sum(1 for n in ws.nodes(run_id) if n["status"] not in ("created", "proposed"))
+            if evaluated >= 2:
+                break
+            time.sleep(0.2)
+        seen.append(evaluated)
+        return {"shape": "small", "tools": ["torch.profiler"],
+                "profiler": {"kernels_per_call": 0, "wall_us_per_call": 12.0}}  # fmt: skip
+
+    monkeypatch.setattr(profiling, "profile_candidate", slow_profile)
+    run_id = start(SPECS / "softmax.py", settings, SearchConfig(draft=1, parallel=1), Limits(budget=3),
+                   SynthConfig("tuner"))  # fmt: skip
+    drive(run_id, settings.workspace)
+    assert seen and seen[0] >= 2, seen  # a later candidate was evaluated during the profile
+    with Workspace.open(settings.workspace) as ws:
+        first = min(ws.nodes(run_id), key=lambda n: n["id"])
+    diagnosis = first["diagnosis"] or {}
+    assert diagnosis.get("metrics", {}).get("tools") == ["torch.profiler"], diagnosis

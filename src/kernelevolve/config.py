@@ -94,12 +94,12 @@ class Settings:
     # Profiling: which profilers refine a diagnosis ("auto": torch.profiler, plus ncu where present on
     # an NVIDIA GPU; "off": the roofline alone), and how long one profiling process may take. During a
     # search "auto" profiles new bests on GPUs only (on the CPU, torch.profiler sees nothing inside a C
-    # kernel); set "torch" to profile there too, and only while the budget has candidates left to
-    # propose (a diagnosis nothing reads is not worth the device's time). `kernelevolve profile`
-    # honours "auto" everywhere.
+    # kernel); set "torch" to profile there too, and only while two rounds of parallel expansions are
+    # left in the budget (a diagnosis nothing reads is not worth the device's time; search/profiling.py).
+    # `kernelevolve profile` honours "auto" everywhere.
     profile: str = "auto"
     profile_timeout_s: float = 180.0
-    profile_budget: int = 3  # new bests profiled per run (each costs ~10-20 s of device time with ncu)
+    profile_budget: int = 3  # new bests profiled per run (each ~15 s, a few of them on the device's lease)
     # Knowledge and compounding: retrieval into prompts, diagnosis in prompts, warm starts from
     # earlier runs, skills distilled from verified improvements (re-measuring up to `skills_verify`
     # candidate skills at the end of a run), and an optional dense embedder for hybrid ranking

@@ -99,12 +99,15 @@ def _env(work: Path, platform: Platform) -> dict[str, str]:
     return env
 
 
-def _argv(spec: Spec, cand: Path, shape: str, device: str, mode: str, result: Path, lease: str) -> list[str]:
-    """The profiled process's command; it takes the device's `lease` itself, once its imports are done
-    (`profile/target.py`), and holds it until it ends."""
-    return [sys.executable, "-m", "kernelevolve.profile.target", str(spec.path.resolve()), str(cand),
+def _argv(spec: Spec, cand: Path, shape: str, device: str, mode: str, result: Path, platform: Platform,
+          settings: Settings) -> list[str]:  # fmt: skip
+    """The profiled process's command; it takes the device's lease itself, once its imports are done
+    (`profile/target.py`), and holds it until it ends. Where work may run beside a timing (a GPU; not
+    the CPU, `Platform.exclusive`), it first builds the inputs and makes the candidate's first call."""
+    argv = [sys.executable, "-m", "kernelevolve.profile.target", str(spec.path.resolve()), str(cand),
             "--shape", shape, "--device", device, "--mode", mode, "--out", str(result),
-            "--lease", lease]  # fmt: skip
+            "--lease", platform.lease_key(settings.device)]  # fmt: skip
+    return argv if platform.exclusive else [*argv, "--warm-before-lease"]
 
 
 def _spawn(
@@ -143,10 +146,8 @@ def _communicate(
 def _target(spec: Spec, cand: Path, shape: str, device: str, mode: str, work: Path, platform: Platform,
             settings: Settings) -> dict[str, Any]:  # fmt: skip
     result = work / f"result-{mode}.json"
-    lease = platform.lease_key(settings.device)
-    code, _, err = _spawn(
-        _argv(spec, cand, shape, device, mode, result, lease), work, platform, settings, [spec.path]
-    )
+    argv = _argv(spec, cand, shape, device, mode, result, platform, settings)
+    code, _, err = _spawn(argv, work, platform, settings, [spec.path])
     if result.is_file():
         data: dict[str, Any] = json.loads(result.read_text())
         return data
@@ -157,9 +158,7 @@ def _ncu(spec: Spec, cand: Path, shape: str, device: str, work: Path, platform: 
          exe: str) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
     result = work / "result-ncu.json"
     start = time.perf_counter()
-    argv = ncu.command(
-        _argv(spec, cand, shape, device, "ncu", result, platform.lease_key(settings.device)), ncu=exe
-    )
+    argv = ncu.command(_argv(spec, cand, shape, device, "ncu", result, platform, settings), ncu=exe)
     toolkit = Path(exe).resolve().parent.parent  # ncu's own folder: its libraries and sections
     code, stdout, err = _spawn(argv, work, platform, settings, [spec.path, toolkit])
     if code is None:

@@ -1,7 +1,7 @@
 """The process a profiler watches: one candidate, one shape, a few calls, nothing else of ours.
 
     python -m kernelevolve.profile.target SPEC CANDIDATE --shape NAME --device cuda:0 \
-        --mode ncu|torch --out RESULT.json [--lease KEY]
+        --mode ncu|torch --out RESULT.json [--lease KEY [--warm-before-lease]]
 
 The candidate is untrusted code, so this runs in its own process with the worker's scrubbed
 environment and resource limits (`profile/run.py` starts it), never in the engine. Inputs and
@@ -10,10 +10,15 @@ calls; the calls run inside the NVTX range `kernelevolve.candidate`, which is wh
 profile, so input generation and copies are not counted as the candidate's kernels.
 
 With `--lease`, the device's lease (`evaluate/lease.py`) is taken once torch, the spec and the
-candidate's module are imported, before anything touches the device, and held to the end: the host's
-part of a profile (python, imports, Nsight Compute's own start) never keeps an evaluation waiting.
-`device_s` in the result: how long the lease was held. Under ncu the candidate is called twice (once to
-compile and load, once inside the range): ncu intercepts every launch, so each extra call costs.
+candidate's module are imported, and held to the end: the host's part of a profile (python, imports,
+Nsight Compute's own start) never keeps an evaluation waiting. With `--warm-before-lease` (a GPU, where
+a worker's preparation also runs beside timings: its reference outputs, the torch.compile baseline's
+warm-up) CUDA's start, the inputs and weights, and the candidate's first call (which compiles and
+loads its kernels) come before the lease too, so the lease covers only what is measured; that one
+call runs beside whatever holds the lease, against timings that take medians over many rounds. On the
+CPU nothing runs beside a timing, so the lease comes first. `device_s` in the result: how long the
+lease was held. Under ncu the candidate is called twice (the first call, and one inside the range):
+ncu intercepts every launch, so each extra call costs.
 
 Mode `torch` records the calls with torch.profiler (kernel count, per-kernel time, launch overhead);
 mode `ncu` only makes the calls (ncu, outside, collects the metrics). Profiling is diagnosis, not
@@ -32,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 RANGE = "kernelevolve.candidate"
-WARMUP = 3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--out", required=True)
     ap.add_argument("--lease", default=None, help="take this device lease before touching the device")
+    ap.add_argument("--warm-before-lease", action="store_true",
+                    help="build the inputs and make the first call before taking the lease (a GPU)")  # fmt: skip
     args = ap.parse_args(argv)
     out: dict[str, Any] = {"ok": False}
     try:
@@ -74,11 +80,9 @@ def _profile(args: argparse.Namespace) -> dict[str, Any]:
     cand_module = importlib.util.module_from_spec(loader)
     sys.modules[name] = cand_module
     loader.loader.exec_module(cand_module)
-    if args.lease:  # held until this process ends (the kernel drops the lock with it)
-        from kernelevolve.evaluate.lease import DeviceLease
-
-        DeviceLease(args.lease).acquire()
-    held_from = time.perf_counter()
+    held_from = None
+    if args.lease and not args.warm_before_lease:
+        held_from = _lease(args.lease)
     inputs = make_inputs(spec, module, shape, 4242, "spec", device)
     reference = make_model(spec, module, module.Model, shape, device)
     candidate = make_model(spec, module, cand_module.ModelNew, shape, device)
@@ -93,27 +97,35 @@ def _profile(args: argparse.Namespace) -> dict[str, Any]:
         if cuda:
             torch.cuda.synchronize(device)
 
-    if args.mode == "ncu":  # one call to compile and load, one in the range: every other call
-        call()  # would cost ncu's interception of its launches, under the lease
-        sync()
-        torch.cuda.nvtx.range_push(RANGE)
+    call()  # compiles and loads the candidate's kernels
+    sync()
+    if held_from is None and args.mode == "torch" and cuda:  # Kineto's and CUPTI's start: host work
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+            pass
+    if held_from is None:
+        held_from = _lease(args.lease) if args.lease else time.perf_counter()
+    if args.mode == "ncu":  # the first call compiled and loaded; one call in the range: every other
+        torch.cuda.nvtx.range_push(RANGE)  # call would cost ncu's interception of its launches
         call()
         sync()
         torch.cuda.nvtx.range_pop()
         return {"shape": shape.name, "device_s": round(time.perf_counter() - held_from, 3)}
-    for _ in range(WARMUP):
-        call()
-    sync()
-    start = time.perf_counter()
-    for _ in range(args.iters):
-        call()
-    sync()
-    wall_us = (time.perf_counter() - start) / args.iters * 1e6
-    result: dict[str, Any] = {"shape": shape.name, "iters": args.iters, "wall_us_per_call": wall_us}
     from kernelevolve.profile.torchprof import profile_calls
 
-    summary = profile_calls(call, iters=args.iters, device="cuda" if cuda else "cpu")
-    return result | {"profiler": summary.to_dict(), "device_s": round(time.perf_counter() - held_from, 3)}
+    summary = profile_calls(call, iters=args.iters, device="cuda" if cuda else "cpu")  # warms, times, records
+    return {"shape": shape.name, "iters": args.iters, "wall_us_per_call": summary.wall_us_per_call,
+            "profiler": summary.to_dict(), "device_s": round(time.perf_counter() - held_from, 3)}  # fmt: skip
+
+
+def _lease(key: str) -> float:
+    """Take the device's lease, held until this process ends (the kernel drops the lock with it);
+    returns when it was had."""
+    from kernelevolve.evaluate.lease import DeviceLease
+
+    DeviceLease(key).acquire()
+    return time.perf_counter()
 
 
 if __name__ == "__main__":

@@ -45,11 +45,11 @@ from kernelevolve.evaluate.verdict import Verdict, best_baseline_label
 from kernelevolve.knowledge.index import KnowledgeBase
 from kernelevolve.platforms import Platform
 from kernelevolve.profile.diagnosis import diagnose, reference_analysis
-from kernelevolve.profile.run import profile_candidate
 from kernelevolve.search import learning
 from kernelevolve.search.limits import Limits, stop_reason
 from kernelevolve.search.memory import choose_mode, history
 from kernelevolve.search.policies import SELECT, SearchConfig
+from kernelevolve.search.profiling import NewBestProfiler
 from kernelevolve.search.tools import EngineTools, RunLock, describe_verdict, dispatch_table, snippet
 from kernelevolve.search.tree import Tree
 from kernelevolve.spec import Spec
@@ -111,7 +111,6 @@ class Engine:
         self._exhausted_streak = 0
         # While the model endpoint is down: (since, unavailable nodes, the last error)
         self._outage: tuple[float, int, str] | None = None
-        self._profiled = 0  # new bests profiled in this process (settings.profile_budget)
         self._best: int | None = None
         self._prior_wall = float(self.ws.run(run_id)["wall_s"] or 0.0)
         self._t0 = time.monotonic()
@@ -120,6 +119,10 @@ class Engine:
         self.pattern = self.ws.run(run_id).get("pattern") or ""
         self.kb = KnowledgeBase.for_settings(self.ws, ctx.settings)
         self.tools = EngineTools(None, ctx.spec, ctx.platform, self._tool_kb(), self.target)
+        parallel = self.parallel(ctx.settings.workers)
+        self.profiler = NewBestProfiler(
+            ctx, run_id, parallel, limits.budget, lambda: _spent(self.tree()), self.emit
+        )
 
     def _tool_kb(self) -> KnowledgeBase | None:
         """The knowledge base a synthesizer's `search_knowledge` tool reaches (none with knowledge off)."""
@@ -387,33 +390,12 @@ class Engine:
         """Context memory, skills and profiling for a node just evaluated. Derived data: a failure
         here is reported as an event and never costs the node its verdict."""
         try:
-            diagnosis = None
             tree = self.tree()
             node = tree[node_id]
-            mode = self.ctx.settings.profile
-            gpu = self.ctx.platform.name in ("cuda", "rocm")
-            wanted = mode in ("torch", "ncu") or (mode == "auto" and gpu)
-            # Only while a later proposal can read the diagnosis: once the budget has paid for every
-            # candidate, a profile (10-20 s of the device's lease with ncu) would inform nothing.
-            later = _spent(tree) < self.limits.budget
-            with self._lock:
-                if (
-                    profile
-                    and wanted
-                    and later
-                    and node.source
-                    and self._profiled < self.ctx.settings.profile_budget
-                ):
-                    self._profiled += 1
-                else:
-                    profile = False
-            if profile and node.source:
-                self.emit("profile", {"node": node_id})
-                metrics = profile_candidate(self.spec, self.ctx.platform, node.source, self.ctx.settings)
-                diagnosis = diagnose(node.verdict or {}, metrics)
-                node.diagnosis = diagnosis
+            if profile:  # beside the search, while enough of the budget is left (search/profiling.py)
+                self.profiler.offer(node)
             parent = tree.nodes.get(node.parent) if node.parent is not None else None
-            self.ws.set_node_analysis(self.run_id, node_id, learning.analyze(node, parent), diagnosis)
+            self.ws.set_node_analysis(self.run_id, node_id, learning.analyze(node, parent))
             if (
                 self.ctx.settings.skills
                 and parent is not None
@@ -464,6 +446,7 @@ class Engine:
             v = self._measure(source, f"node-{node_id}-final.py")
             finals[node_id] = v
             self.ws.record_evaluation(v.to_dict())
+        self.profiler.join()  # its diagnosis belongs in the report
         out = self.ctx.out_dir
         out.mkdir(parents=True, exist_ok=True)
         best_path = None

@@ -244,21 +244,22 @@ class RunsMixin:
                 raise WorkspaceError(f"node {node_id} of run {run_id} is not awaiting an evaluation")
         return evaluation_id
 
-    def set_node_analysis(self, run_id: str, node_id: int, analysis: str,
-                          diagnosis: Mapping[str, Any] | None = None) -> None:  # fmt: skip
-        """Record a node's analysis (context memory) and, when given, a refined diagnosis (a
-        profiler's metrics added to it): derived data, written after the node's own transaction."""
+    def set_node_analysis(self, run_id: str, node_id: int, analysis: str) -> None:
+        """Record a node's analysis (context memory): derived data, written after the node's own
+        transaction."""
         with self._write() as conn:
-            if diagnosis is None:
-                conn.execute(
-                    "UPDATE nodes SET analysis = ?, updated_at = ? WHERE run_id = ? AND id = ?",
-                    (analysis, _now(), run_id, node_id),
-                )
-            else:
-                conn.execute(
-                    "UPDATE nodes SET analysis = ?, diagnosis_json = ?, updated_at = ? WHERE run_id = ? AND id = ?",
-                    (analysis, _json(dict(diagnosis)), _now(), run_id, node_id),
-                )
+            conn.execute(
+                "UPDATE nodes SET analysis = ?, updated_at = ? WHERE run_id = ? AND id = ?",
+                (analysis, _now(), run_id, node_id),
+            )
+
+    def set_node_diagnosis(self, run_id: str, node_id: int, diagnosis: Mapping[str, Any]) -> None:
+        """Record a node's refined diagnosis (a profile's, taken beside the search)."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE nodes SET diagnosis_json = ?, updated_at = ? WHERE run_id = ? AND id = ?",
+                (_json(dict(diagnosis)), _now(), run_id, node_id),
+            )
 
     def nodes(self, run_id: str, text: bool = False) -> list[dict[str, Any]]:
         """A run's nodes in creation order, with `source` (and with `text`, `prompt` and `response`)
