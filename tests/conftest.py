@@ -32,13 +32,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def worker_processes(root: int) -> tuple[list[int], list[int]]:
     """Worker processes below `root`: (the ones the engine spawned, the ones running the candidate).
     With a PID namespace, each worker is three processes: the spawned stub outside, the namespace's
-    init, and the confined worker under it; without one, the two lists are the same."""
+    init, and the confined worker under it; without one, the two lists are the same. A worker forked
+    by the fork server (the default on Linux) has the server's command line and its own name."""
+    from kernelevolve.evaluate.forkserver import COMM
     from kernelevolve.evaluate.sandbox import descendants
 
     parents = {}
     for pid in descendants(root, include_zombies=False):
         try:
-            if b"kernelevolve.evaluate.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            proc = Path(f"/proc/{pid}")
+            if (
+                b"kernelevolve.evaluate.worker" in (proc / "cmdline").read_bytes()
+                or (proc / "comm").read_bytes().strip() == COMM
+            ):
                 stat = Path(f"/proc/{pid}/stat").read_text()
                 parents[pid] = int(stat[stat.rfind(")") + 2 :].split()[1])
         except OSError:

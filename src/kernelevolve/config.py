@@ -25,6 +25,7 @@ from kernelevolve.errors import WorkspaceError
 ENV_PREFIX = "KERNELEVOLVE_"
 DEFAULT_WORKSPACE = Path(".kernelevolve")
 PROFILE_MODES = ("auto", "off", "torch", "ncu")
+WORKER_STARTS = ("fork", "spawn")
 FITNESS_BASELINES = ("best", "eager", "compile")
 
 
@@ -77,6 +78,10 @@ class Settings:
     # Pool: candidates evaluated at once, and warm workers kept prepared ahead of need.
     workers: int = 0  # 0: auto (2 per GPU, 1 on the CPU)
     spares: int = 1
+    # How a worker starts: "fork" (Linux: forked from a process of the engine's that has imported
+    # torch and torch.compile's stack once, `evaluate/forkserver.py`; where it cannot serve, workers
+    # are spawned) or "spawn" (a fresh interpreter per worker).
+    worker_start: str = "fork"
     # Devices a search spreads its candidates over: indices ("0,1"), or "auto": every visible device
     # of the platform, unless `device` names another than the first (then that one alone). `device` is
     # also the one device of single-device jobs (eval, profile, baselines).
@@ -140,6 +145,10 @@ class Settings:
         self.seeds = max(3, self.seeds)
         if self.devices != "auto":
             parse_devices(self.devices)  # a WorkspaceError naming the setting
+        if self.worker_start not in WORKER_STARTS:
+            raise WorkspaceError(
+                f"worker_start must be one of {', '.join(WORKER_STARTS)}, not {self.worker_start!r}"
+            )
         self.eval_retries = max(0, self.eval_retries)
         self.workers = max(0, self.workers)
         self.spares = max(0, self.spares)

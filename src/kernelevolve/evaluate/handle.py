@@ -15,6 +15,7 @@ kernel, or its memory limit). The handle never raises for a candidate's behaviou
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import shutil
@@ -30,10 +31,12 @@ from typing import Any
 
 import kernelevolve
 from kernelevolve.errors import HarnessError, SpecError
-from kernelevolve.evaluate import bytecode, compile_cache
+from kernelevolve.evaluate import bytecode, compile_cache, forkserver
 from kernelevolve.evaluate.lease import lease_dir
 from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.sandbox import kill_tree, sandbox_argv, scrub_env
+
+log = logging.getLogger(__name__)
 
 NO_LIMIT = 7 * 24 * 3600.0
 
@@ -75,7 +78,8 @@ class WorkerHandle:
         self.filler: subprocess.Popen[bytes] | None = None  # compiling the bytecode, if this one started it
         self.log_path = self.dir / "worker.log"
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | forkserver.ForkedProcess | None = None
+        self.started_by = "spawn"  # or "fork" (forkserver.py)
         self.info: dict[str, Any] | None = None
         self.notes: list[str] = []
         self.ready_error: BaseException | None = None
@@ -119,30 +123,29 @@ class WorkerHandle:
         wall = s.prepare_timeout_s + s.compile_timeout_s + s.run_timeout_s
         cpu_seconds = int(wall * max(2, min(os.cpu_count() or 2, 16)))
         memory = int(min(s.memory_limit_gb * 2**30, _physical_memory() * 0.9))
-        argv = [
-            sys.executable, "-m", "kernelevolve.evaluate.worker",
-            "--cmd-fd", str(cmd_r), "--res-fd", str(res_w),
-            "--memory-bytes", str(memory), "--cpu-seconds", str(cpu_seconds),
-        ]  # fmt: skip
+        args = ["--memory-bytes", str(memory), "--cpu-seconds", str(cpu_seconds)]
         # The device lease's name, given to the worker from here, where the candidate cannot reach:
         # the worker's environment and PATH are the candidate's to change once it is imported.
         lease_key = self.platform.lease_key(self.device_index)
         if self.platform.exclusive:
-            argv += ["--lease", lease_key]
+            args += ["--lease", lease_key]
         reads = [p for p in (self.spec_path, self.bytecode) if p is not None]
-        argv += sandbox_argv(self.dir, s, reads)
+        args += sandbox_argv(self.dir, s, reads)
         self._spawned = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                env=env,
-                pass_fds=(cmd_r, res_w),
-                start_new_session=True,
-            )
+        with open(self.log_path, "wb") as log_file:
+            self.proc = self._forked(args, env, (cmd_r, res_w, log_file.fileno()), lease_key)
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "kernelevolve.evaluate.worker",
+                     "--cmd-fd", str(cmd_r), "--res-fd", str(res_w), *args],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.dir,
+                    env=env,
+                    pass_fds=(cmd_r, res_w),
+                    start_new_session=True,
+                )  # fmt: skip
         os.close(cmd_r)
         os.close(res_w)
         self._chan = Channel(res_r, cmd_w)
@@ -160,6 +163,27 @@ class WorkerHandle:
         )
         threading.Thread(target=self._await_ready, daemon=True, name="kernelevolve-worker-prepare").start()
         return self
+
+    def _forked(
+        self, args: list[str], env: dict[str, str], fds: tuple[int, int, int], lease_key: str
+    ) -> forkserver.ForkedProcess | None:
+        """The worker forked from the engine's fork server (`forkserver.py`), or None where workers
+        are spawned (`worker_start = "spawn"`, or the server could not serve: said once, in its log)."""
+        if self.settings.worker_start != "fork" or sys.platform != "linux":
+            return None
+        server = forkserver.server_for(
+            env, Path(tempfile.gettempdir()), lease_key if self.platform.exclusive else None,
+            self.settings.prepare_timeout_s,
+        )  # fmt: skip
+        if server is None:
+            return None
+        try:
+            child = server.fork(args, env, self.dir, fds)
+        except forkserver.ForkServerUnavailable as exc:
+            log.warning("workers are spawned, not forked: %s", exc)
+            return None
+        self.started_by = "fork"
+        return child
 
     def _read(self) -> None:
         assert self._chan is not None
@@ -202,6 +226,7 @@ class WorkerHandle:
                     self.filler = bytecode.fill(self.bytecode, modules)
                 # spawn to ready: the interpreter, torch's import and the worker's own steps
                 self.info["start_s"] = round(time.monotonic() - self._spawned, 3)
+                self.info["started_by"] = self.started_by
         self._ready.set()
 
     def _sandbox_hint(self) -> str:
@@ -325,6 +350,8 @@ class WorkerHandle:
                 pass
         elif self.proc is not None:
             kill_tree(self.proc.pid)  # its own exit may leave children behind
+        if isinstance(self.proc, forkserver.ForkedProcess) and self.proc.poll() is not None:
+            self.proc.release()  # its pid may now be reaped, and reused
 
     def close(self) -> None:
         """Kill the worker and everything it started. A worker that reported waits for this rather
