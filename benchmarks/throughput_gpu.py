@@ -2,7 +2,8 @@
 spec files, one or more versions of the harness side by side, on one device.
 
     python benchmarks/throughput_gpu.py SPEC.py [SPEC.py ...] [--variant before=OLD/src]
-        [--variant after=src] [--budget 4] [--per-device 4] [--env KEY=VALUE] [--out FILE.json]
+        [--variant "spawn=src;KERNELEVOLVE_WORKER_START=spawn"] [--variant after=src] [--budget 4]
+        [--per-device 4] [--env KEY=VALUE] [--out FILE.json]
 
 Each variant runs the same bench (a fresh workspace, the offline tuner, the same budget and
 `--per-device`) from a fresh interpreter that imports kernelevolve from its `src` folder, so an old
@@ -44,7 +45,9 @@ STEPS = ("worker_wait", "worker_start", "start:device", "start:spec", "start:com
 ROW_KEYS = ("name", "correct", "candidates", "speedup_vs_eager", "speedup_vs_compile", "wall_s", "message")
 
 
-def run_variant(name: str, src: Path, specs: list[Path], args: argparse.Namespace) -> dict[str, Any]:
+def run_variant(
+    name: str, src: Path, specs: list[Path], args: argparse.Namespace, own_env: dict[str, str]
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"throughput-{name}-"))
     folder = work / "specs"
     folder.mkdir()
@@ -53,6 +56,7 @@ def run_variant(name: str, src: Path, specs: list[Path], args: argparse.Namespac
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(src.resolve())
     env.update(dict(kv.split("=", 1) for kv in args.env))
+    env.update(own_env)
     cmd = [sys.executable, "-c", "from kernelevolve.cli import main; main()", "bench", str(folder), "--budget", str(args.budget),
            "--per-device", str(args.per_device), "--workspace", str(work / "ws"), "--json"]  # fmt: skip
     if args.profile_from:  # the device's hardware profile, measured once for every variant
@@ -118,21 +122,29 @@ def measure_profile(src: Path, extra_env: dict[str, str]) -> Path:
     return ws
 
 
+def _variant(text: str) -> tuple[str, str, dict[str, str]]:
+    name, rest = text.split("=", 1)
+    src, *pairs = rest.split(";")
+    return name, src, dict(kv.split("=", 1) for kv in pairs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("specs", nargs="+", type=Path)
-    ap.add_argument("--variant", action="append", default=[], help="NAME=SRC_FOLDER (default: now=src)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=SRC_FOLDER[;KEY=VALUE...] (default: now=src); KEY=VALUE for this variant alone")  # fmt: skip
     ap.add_argument("--budget", type=int, default=4)
     ap.add_argument("--per-device", type=int, default=4)
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for every variant's bench")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per variant's bench")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    variants = [v.split("=", 1) for v in args.variant] or [["now", str(ROOT / "src")]]
+    variants = [_variant(v) for v in args.variant] or [("now", str(ROOT / "src"), {})]
     args.profile_from = measure_profile(Path(variants[-1][1]), dict(kv.split("=", 1) for kv in args.env))
     results = []
-    for name, src in variants:
-        r = run_variant(name, Path(src), args.specs, args)
+    for name, src, own_env in variants:
+        r = run_variant(name, Path(src), args.specs, args, own_env)
+        r["variant_env"] = own_env
         results.append(r)
         print(json.dumps({k: r[k] for k in ("variant", "rc", "wall_s", "evaluations", "per_minute",
                                             "statuses", "medians")}), flush=True)  # fmt: skip

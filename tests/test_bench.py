@@ -743,3 +743,39 @@ def test_a_spec_the_probe_could_not_count_is_granted_the_even_split(tmp_path: Pa
     schedule(one, 3, cpu_settings(tmp_path), None, per_device=3, demand=lambda i: None,
              memory=lambda d: (100 * gib, 100 * gib))  # fmt: skip
     assert [share for *_, share in calls] == [pytest.approx(3)] * 3  # 30 of the 90 GiB each, granted
+
+
+def test_a_cached_spec_takes_no_memory_grant_and_waits_for_nothing(tmp_path: Path) -> None:
+    """On a resume, a spec whose result is cached (or that does not load) is settled before the
+    ledger: it is never sized, granted or made to wait behind the specs that run. Here a cached
+    spec too large to sit beside the running one would otherwise wait for it to end."""
+    import threading
+
+    from kernelevolve.bench.schedule import schedule
+    from tests.conftest import cpu_settings
+
+    gib = 2**30
+    running = threading.Event()
+    release = threading.Event()
+    asked: list[int] = []
+    settled: list[int] = []
+
+    def one(i: int, settings: Any) -> None:
+        running.set()
+        assert release.wait(30)
+
+    def demand(i: int) -> tuple[int, int]:
+        asked.append(i)
+        return (80 * gib, 80 * gib)  # needs most of the device: two cannot run at once
+
+    def stage(i: int) -> bool:
+        if i == 1:  # cached: settled here, reported by the caller
+            assert running.wait(30)  # while spec 0 holds its grant
+            settled.append(i)
+            release.set()
+            return False
+        return True
+
+    schedule(one, 2, cpu_settings(tmp_path), None, per_device=2, demand=demand,
+             memory=lambda d: (100 * gib, 100 * gib), stage=stage)  # fmt: skip
+    assert settled == [1] and asked == [0]  # spec 1 never asked for memory

@@ -190,29 +190,19 @@ def run_bench(
                    "estimate": cost.to_dict(), "estimate_line": cost.line()})  # fmt: skip
 
     interrupt = threading.Event()  # Ctrl-C, for the runs in threads other than the main one
-    loaded: dict[int, Spec | Exception] = {}  # specs loaded to size their runs, for the runs to use
+    staged: dict[int, tuple[Spec, Path, str, dict[str, Any]]] = {}  # specs to run: (spec, file, key, item)
 
-    def load(i: int) -> Spec:
-        spec = loaded.pop(i, None) or _load(files[i])
-        if isinstance(spec, Exception):
-            raise spec
-        return spec
-
-    def demand(i: int) -> tuple[int, int] | None:
-        """(one worker's need, the pool's wish) in bytes for spec i; None where nothing is planned."""
-        loaded[i] = _load(files[i])
-        spec = loaded[i]
-        return None if isinstance(spec, Exception) else _demand(spec, platform, settings)
-
-    def one(i: int, device_settings: Settings) -> None:
+    def stage(i: int) -> bool:
+        """Load spec i and settle what needs no run, before any device memory is granted to it: a
+        spec that does not load, or whose result is cached (each reported here). True: it runs."""
         path, rel = files[i], rels[i]
         with Workspace.open(settings.workspace) as ws:
             item = next(r for r in ws.bench_items(bench_id) if r["path"] == rel)
-        info = {"index": i + 1, "total": len(files), "path": rel, "device": device_settings.device}
+        info = {"index": i + 1, "total": len(files), "path": rel}
         if again is not None and again.search(rel) and item["status"] == "done":
             item = {**item, "status": "redo", "fingerprint": ""}  # done: a new run, not the cached row
         try:
-            spec = load(i)
+            spec = load_spec(path)
         except Exception as exc:  # a bench survives any spec: SpecError, or the file's own bug
             message = _said(exc) if isinstance(exc, KernelevolveError) else f"{type(exc).__name__}: {exc}"
             with Workspace.open(settings.workspace) as ws:
@@ -220,7 +210,7 @@ def run_bench(
                     bench_id, rel, i, path.stem, status="load_error", error=message, result=None
                 )
             emit("load_error", {**info, "error": message})
-            return
+            return False
         precision = track_precision(spec, track)
         run_path = path
         if precision != spec.precision:
@@ -230,13 +220,23 @@ def run_bench(
         key = item_key(spec)
         if item["status"] == "done" and item["fingerprint"] == key and item["result"] and not item["error"]:
             emit("cached", {**info, "name": spec.name, "result": item["result"]})
-            return
-        result = _run_one(jobs, device_settings, search, limits, synth, bench_id, i, rel, run_path, spec, key,
+            return False
+        staged[i] = (spec, run_path, key, item)
+        return True
+
+    def demand(i: int) -> tuple[int, int] | None:
+        """(one worker's need, the pool's wish) in bytes for spec i; None where nothing is planned."""
+        return _demand(staged[i][0], platform, settings)
+
+    def one(i: int, device_settings: Settings) -> None:
+        spec, run_path, key, item = staged.pop(i)
+        info = {"index": i + 1, "total": len(files), "path": rels[i], "device": device_settings.device}
+        result = _run_one(jobs, device_settings, search, limits, synth, bench_id, i, rels[i], run_path, spec, key,
                           item, info, emit, interrupt)  # fmt: skip
         if result is not None:
             emit("result", {**info, "name": spec.name, "result": result})
 
-    schedule(one, len(files), settings, devices, per_device, interrupt, demand, platform.device_memory)
+    schedule(one, len(files), settings, devices, per_device, interrupt, demand, platform.device_memory, stage)
 
     with Workspace.open(settings.workspace) as ws:
         ws.set_bench_status(bench_id, "done")
@@ -246,13 +246,6 @@ def run_bench(
 def _said(exc: KernelevolveError) -> str:
     """An error and what to do about it, in one row of the bench."""
     return f"{exc.message} ({exc.hint})" if exc.hint else exc.message
-
-
-def _load(path: Path) -> Spec | Exception:
-    try:
-        return load_spec(path)
-    except Exception as exc:  # a bench survives any spec: SpecError, or the file's own bug
-        return exc
 
 
 def _demand(spec: Spec, platform: Any, settings: Settings) -> tuple[int, int] | None:

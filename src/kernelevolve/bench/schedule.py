@@ -108,14 +108,18 @@ def schedule(
     interrupt: threading.Event | None = None,
     demand: Demand | None = None,
     memory: Memory | None = None,
+    stage: Callable[[int], bool] | None = None,
 ) -> None:
     """Call `one(i, settings)` for every spec: in order on one device, or `per_device` specs per device
-    at a time; with `demand` and `memory` (a GPU), by each device's memory (see the module docstring)."""
+    at a time; with `demand` and `memory` (a GPU), by each device's memory (see the module docstring).
+    `stage(i)`, where given, is asked first, before any memory is granted: False for a spec that needs
+    no run (its cached result, or its load error, already reported)."""
     devices = list(devices) if devices else [settings.device]
     if len(devices) == 1 and per_device == 1:
         one_settings = pinned(settings, devices[0], 1)
         for i in range(count):
-            one(i, one_settings)
+            if stage is None or stage(i):
+                one(i, one_settings)
         return
     ledgers: dict[int, DeviceMemory] = {}
     if per_device > 1 and demand is not None and memory is not None:
@@ -131,6 +135,8 @@ def schedule(
     errors: list[BaseException] = []
 
     def run(i: int, device: int) -> None:
+        if stage is not None and not stage(i):
+            return
         ledger = ledgers.get(device)
         if ledger is None or demand is None:  # an even split: the CPU, or the memory unknown
             one(i, pinned(settings, device, per_device))
