@@ -89,6 +89,25 @@ def test_the_plan_lowers_workers_on_a_gpu_and_refuses_what_one_cannot_hold() -> 
         memory.plan(_fake_spec(12 * GIB), cuda, pinned, h100)
 
 
+def test_outputs_weigh_twice_again_on_a_gpu() -> None:
+    """A matmul with a small inner dimension (KernelBench level 1's 7_, 4 GiB of output in T = 4.02
+    GiB) ran out of memory at the plain 4 T: its outputs are counted twice more on a GPU."""
+    spec = SimpleNamespace(
+        name="small_k", shapes=[SimpleNamespace(name="small"), SimpleNamespace(name="default")],
+        footprint_bytes=lambda shape: {"small": 5 * GIB, "default": 4 * GIB + 16 * 2**20}[shape],
+        output_bytes=lambda shape: {"small": 0, "default": 4 * GIB}[shape],
+    )  # fmt: skip
+    tensors, need = memory.worker_need(spec, "cuda")
+    assert tensors == 4 * GIB + 16 * 2**20  # the most demanding shape is not the largest one
+    assert need == 4 * tensors + 2 * 4 * GIB + 2 * GIB
+    assert (
+        memory.worker_need(spec, "cpu")[1] == 6 * 5 * GIB + memory.RUNTIME_BYTES["cpu"]
+    )  # the CPU's 6 T holds it
+    with pytest.raises(SpecError, match=r"4 x that and its outputs again x 2, and 2\.0 GiB of its own"):
+        memory.plan(spec, SimpleNamespace(name="cuda"), cpu_settings(Path("/x"), gpu_memory_fraction=None),
+                    (20 * GIB, 24 * GIB))  # fmt: skip
+
+
 def test_a_spec_over_the_workers_limit_is_refused_before_any_worker_starts(tmp_path: Path) -> None:
     from kernelevolve import jobs
 

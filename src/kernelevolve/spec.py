@@ -122,6 +122,11 @@ class Spec:
         total = sum(_nbytes(t) for t in ins if isinstance(t, TensorInfo))
         return total + sum(_nbytes(t) for t in outs) + (self.param_bytes[shape] or 0)
 
+    def output_bytes(self, shape: str) -> int | None:
+        """Bytes of the outputs at one shape, if probing could count them."""
+        outs = self.outputs.get(shape)
+        return None if outs is None else sum(_nbytes(t) for t in outs)
+
     def summary(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -2,7 +2,9 @@
 and the device's memory, before any worker starts.
 
 The meta probe counts each shape's inputs, outputs and parameters (`Spec.footprint_bytes`); call the
-largest T. A worker holds about `WORKER_FACTOR` x T at its peak (4 on a GPU; 6 on the CPU, whose
+largest T. A worker holds about `WORKER_FACTOR` x T at its peak, and on a GPU its outputs
+`OUTPUT_FACTOR` (2) times again, which matters where outputs dominate, as in a matmul with a small
+inner dimension (4 on a GPU; 6 on the CPU, whose
 workers keep glibc's heap rather than return it, for timings that hold still: freed blocks there are
 reused but not given back, and a 640 MiB softmax measured 6.6 T with torch's own memory; on an H100,
 KernelBench level 1's 19_ReLU, T = 12 GiB, took more than 3.3 T preparing and 7_Matmul_with_small_K
@@ -33,6 +35,10 @@ from typing import Any
 from kernelevolve.errors import SpecError
 
 WORKER_FACTOR = {"cpu": 6, "cuda": 4, "rocm": 4}
+# Outputs held again on top of that on a GPU: where they dominate, a timing round holds a callee's
+# output while the caching allocator keeps the last one's block (KernelBench level 1's
+# 7_Matmul_with_small_K, 4 GiB of output in T = 4.02 GiB, ran out at 4 T + 1.8 outputs on an H200).
+OUTPUT_FACTOR = {"cpu": 0, "cuda": 2, "rocm": 2}
 RUNTIME_BYTES = {"cpu": 3 * 2**29, "cuda": 2 * 2**30, "rocm": 2 * 2**30}  # a worker's own, before the spec
 GIB = 2**30
 
@@ -48,10 +54,27 @@ class MemoryPlan:
 
 
 def worker_need(spec: Any, platform: str) -> tuple[int, int]:
-    """(T, one worker's estimated peak) for `spec`; T is 0 where the probe could not count it."""
-    sizes = [spec.footprint_bytes(s.name) for s in spec.shapes]
-    tensors = max((s for s in sizes if s is not None), default=0)
-    return tensors, factor(platform) * tensors + RUNTIME_BYTES.get(platform, RUNTIME_BYTES["cuda"])
+    """(T, one worker's estimated peak) for `spec`, at its most demanding shape; T is 0 where the
+    probe could not count it."""
+    outputs = getattr(spec, "output_bytes", None)
+    tensors, peak = 0, 0
+    for shape in spec.shapes:
+        size = spec.footprint_bytes(shape.name)
+        if size is None:
+            continue
+        held = factor(platform) * size + OUTPUT_FACTOR.get(platform, 2) * (
+            (outputs and outputs(shape.name)) or 0
+        )
+        if held > peak or (held == peak and size > tensors):
+            tensors, peak = size, held
+    return tensors, peak + RUNTIME_BYTES.get(platform, RUNTIME_BYTES["cuda"])
+
+
+def breakdown(spec: Any, platform: str) -> str:
+    """How `worker_need` came to its figure, for a message."""
+    extra = OUTPUT_FACTOR.get(platform, 2)
+    outputs = " and its outputs again" + (f" x {extra}" if extra != 1 else "") if extra else ""
+    return f"{factor(platform)} x that{outputs}, and {RUNTIME_BYTES.get(platform, RUNTIME_BYTES['cuda']) / GIB:.1f} GiB of its own"
 
 
 def factor(platform: str) -> int:
@@ -75,8 +98,8 @@ def plan(spec: Any, platform: Any, settings: Any, memory: tuple[int, int] | None
             cap = min(cap, int(0.9 * memory[1]))  # the worker's limit is capped so too (handle.py)
         if need > cap:
             raise SpecError(
-                f"{shape_word}; a worker needs about {need / GIB:.1f} GiB ({factor('cpu')} x that and "
-                f"{RUNTIME_BYTES['cpu'] / GIB:.1f} GiB of its own), over its memory limit of {cap / GIB:.1f} GiB",
+                f"{shape_word}; a worker needs about {need / GIB:.1f} GiB ({breakdown(spec, 'cpu')}), "
+                f"over its memory limit of {cap / GIB:.1f} GiB",
                 hint=f"raise memory_limit_gb to {need / GIB + 0.5:.0f} (the machine has "
                 f"{(memory[1] if memory else 0) / GIB:.0f} GiB), or use smaller shapes in KERNELEVOLVE['shapes']",
             )
@@ -106,8 +129,8 @@ def plan(spec: Any, platform: Any, settings: Any, memory: tuple[int, int] | None
             "is usable"
         )
         raise SpecError(
-            f"{shape_word}; a worker needs about {need / GIB:.1f} GiB ({factor(platform.name)} x that and "
-            f"{RUNTIME_BYTES['cuda'] / GIB:.0f} GiB of its own), and {where}",
+            f"{shape_word}; a worker needs about {need / GIB:.1f} GiB ({breakdown(spec, platform.name)}), "
+            f"and {where}",
             hint="use smaller shapes in KERNELEVOLVE['shapes']"
             + (", fewer specs per device (--per-device)" if share > 1 else "")
             + ", or a device with more memory",
@@ -130,4 +153,14 @@ def fit(spec: Any, platform: Any, settings: Any, memory: tuple[int, int] | None)
     return replace(settings, workers=p.workers, spares=p.spares), p
 
 
-__all__ = ["RUNTIME_BYTES", "WORKER_FACTOR", "MemoryPlan", "factor", "fit", "plan", "worker_need"]
+__all__ = [
+    "OUTPUT_FACTOR",
+    "RUNTIME_BYTES",
+    "WORKER_FACTOR",
+    "MemoryPlan",
+    "breakdown",
+    "factor",
+    "fit",
+    "plan",
+    "worker_need",
+]
