@@ -248,6 +248,24 @@ def test_a_bench_row_without_a_candidate_says_why(tmp_path: Path) -> None:
     assert row["message"].startswith("no candidate: the reference is not templated: aten.convolution"), row
     assert "aten.convolution is not templated" in (tmp_path / "report" / "bench.md").read_text()
     assert "aten.convolution is not templated" in res.stderr  # the table printed at the end
+    # No candidate was timed, so the bench measured the reference's times itself: the row still says
+    # what the problem costs, and that the harness could prepare it.
+    (base,) = row["baselines"]
+    assert base["shape"] == "default" and base["eager_us"] > 0 and base["compile_us"] is None
+    table = (tmp_path / "report" / "bench.md").read_text()
+    assert f"| 1_conv | no | {base['eager_us']:,.1f} | - |" in table
+
+    # A row stored before rows carried baselines gets them on the next run, without a new search.
+    with Workspace.open(ws) as store:
+        (item,) = store.bench_items(store.benches()[0]["bench_id"])
+        old = {k: v for k, v in item["result"].items() if k != "baselines"}
+        store.put_bench_item(item["bench_id"], item["path"], 0, item["name"], fingerprint=item["fingerprint"],
+                             run_id=item["run_id"], status="done", error="", result=old)  # fmt: skip
+    again = _invoke(
+        ["bench", str(suite), "--budget", "2", "--platform", "cpu", "--workspace", str(ws), "--json"]
+    )
+    (row2,) = json.loads(again.stdout)["results"]
+    assert row2["run_id"] == row["run_id"] and row2["baselines"][0]["eager_us"] > 0
 
 
 def test_bench_report_files(bench_run: dict[str, Any]) -> None:

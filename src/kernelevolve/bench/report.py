@@ -30,6 +30,8 @@ from kernelevolve.report.render import CSP, CSS
 COLUMNS = (
     ("op", "name"),
     ("correct", "correct"),
+    ("eager us", "eager_us"),
+    ("compile us", "compile_us"),
     ("vs eager", "speedup_vs_eager"),
     ("vs compile", "speedup_vs_compile"),
     ("kernel vs eager", "kernel_speedup_vs_eager"),
@@ -61,7 +63,20 @@ def header(doc: dict[str, Any]) -> list[tuple[str, str]]:
     ]  # fmt: skip
 
 
+def reference_us(row: dict[str, Any]) -> dict[str, float | None]:
+    """The reference's eager and torch.compile times over the row's shapes (summed), from its timed
+    candidate or, where none was timed, from the baselines the bench measured for it."""
+    shapes = row.get("shapes") or row.get("baselines") or []
+    out: dict[str, float | None] = {}
+    for key in ("eager_us", "compile_us"):
+        times = [s.get(key) for s in shapes]
+        out[key] = sum(times) if times and all(t is not None for t in times) else None
+    return out
+
+
 def cell(key: str, value: Any) -> str:
+    if key in ("eager_us", "compile_us"):
+        return "-" if value is None else f"{value:,.1f}"
     if key == "correct":
         return "yes" if value else "no"
     if key.startswith(("speedup", "kernel_speedup")):
@@ -109,7 +124,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "| " + " | ".join(["---"] + ["---:"] * (len(COLUMNS) - 1)) + " |",
     ]
     for r in doc["results"]:
-        lines.append("| " + " | ".join(md(cell(k, r.get(k))) for _, k in COLUMNS) + " |")
+        row = {**r, **reference_us(r)}
+        lines.append("| " + " | ".join(md(cell(k, row.get(k))) for _, k in COLUMNS) + " |")
     lines += [
         "",
         "Speedups are those of the exported per-shape dispatch module (the winning kernel where it beats "
@@ -119,7 +135,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     failed = [r for r in doc["results"] if not r.get("correct")]
     if failed:
         lines += ["", "## Without a correct kernel", ""]
-        lines += [f"- {md(r['name'])}: {md(r.get('message'), 300)}" for r in failed]
+        lines += [f"- {md(r['name'])}: {md(r.get('message'), 300)}{_baselines_said(r)}" for r in failed]
     if doc.get("load_errors"):
         lines += ["", "## Specs that failed to load", ""]
         lines += [f"- {md(e['path'])}: {md(e['error'], 300)}" for e in doc["load_errors"]]
@@ -138,6 +154,13 @@ def render_markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _baselines_said(row: dict[str, Any]) -> str:
+    if row.get("baselines_error"):
+        return f" (its baselines could not be measured: {md(row['baselines_error'], 200)})"
+    missing = row.get("baselines_missing") or {}
+    return "".join(f" (no {md(k)} baseline: {md(v, 200)})" for k, v in missing.items())
+
+
 def write_csv(doc: dict[str, Any], path: Path) -> None:
     keys = [k for _, k in COLUMNS] + [
         "path",
@@ -152,7 +175,8 @@ def write_csv(doc: dict[str, Any], path: Path) -> None:
         w = csv.writer(fh)
         w.writerow(keys)
         for r in doc["results"]:
-            w.writerow(["" if r.get(k) is None else r.get(k) for k in keys])
+            row = {**r, **reference_us(r)}
+            w.writerow(["" if row.get(k) is None else row.get(k) for k in keys])
 
 
 # -- plots ------------------------------------------------------------------------------------------
@@ -245,7 +269,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def render_html(doc: dict[str, Any], images: dict[str, bytes]) -> str:
     title = f"Bench {doc['bench_id']}"
     kv = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in header(doc))
-    rows = [[cell(k, r.get(k)) for _, k in COLUMNS] for r in doc["results"]]
+    rows = [[cell(k, {**r, **reference_us(r)}.get(k)) for _, k in COLUMNS] for r in doc["results"]]
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -302,6 +326,7 @@ __all__ = [
     "cell",
     "header",
     "plots",
+    "reference_us",
     "render_html",
     "render_markdown",
     "write_bench_report",

@@ -190,7 +190,7 @@ def run_bench(
                    "estimate": cost.to_dict(), "estimate_line": cost.line()})  # fmt: skip
 
     interrupt = threading.Event()  # Ctrl-C, for the runs in threads other than the main one
-    staged: dict[int, tuple[Spec, Path, str, dict[str, Any]]] = {}  # specs to run: (spec, file, key, item)
+    staged: dict[int, tuple[Spec, Path, str, dict[str, Any], bool]] = {}  # (spec, file, key, item, cached)
 
     def stage(i: int) -> bool:
         """Load spec i and settle what needs no run, before any device memory is granted to it: a
@@ -218,10 +218,13 @@ def run_bench(
                 run_path = _track_file(ws, bench_id, rel, spec, precision)
             spec = load_spec(run_path)
         key = item_key(spec)
-        if item["status"] == "done" and item["fingerprint"] == key and item["result"] and not item["error"]:
+        cached = (
+            item["status"] == "done" and item["fingerprint"] == key and item["result"] and not item["error"]
+        )
+        if cached and not wants_baselines(item["result"]):
             emit("cached", {**info, "name": spec.name, "result": item["result"]})
             return False
-        staged[i] = (spec, run_path, key, item)
+        staged[i] = (spec, run_path, key, item, bool(cached))  # cached: only its baselines are missing
         return True
 
     def demand(i: int) -> tuple[int, int] | None:
@@ -229,10 +232,17 @@ def run_bench(
         return _demand(staged[i][0], platform, settings)
 
     def one(i: int, device_settings: Settings) -> None:
-        spec, run_path, key, item = staged.pop(i)
+        spec, run_path, key, item, cached = staged.pop(i)
         info = {"index": i + 1, "total": len(files), "path": rels[i], "device": device_settings.device}
-        result = _run_one(jobs, device_settings, search, limits, synth, bench_id, i, rels[i], run_path, spec, key,
-                          item, info, emit, interrupt)  # fmt: skip
+        result: dict[str, Any] | None
+        if cached:  # a row from an earlier bench, still without the reference's times
+            result = with_baselines(device_settings, run_path, item["result"])
+            with Workspace.open(settings.workspace) as ws:
+                ws.put_bench_item(bench_id, rels[i], i, spec.name, fingerprint=key, run_id=item["run_id"],
+                                  status="done", error="", result=result)  # fmt: skip
+        else:
+            result = _run_one(jobs, device_settings, search, limits, synth, bench_id, i, rels[i], run_path, spec,
+                              key, item, info, emit, interrupt)  # fmt: skip
         if result is not None:
             emit("result", {**info, "name": spec.name, "result": result})
 
@@ -310,7 +320,7 @@ def _run_one(
         )
         with Workspace.open(settings.workspace) as ws:
             nodes = ws.nodes(run_id)
-        result = result_row(spec.name, rel, summary, nodes, precision)
+        result = with_baselines(settings, run_path, result_row(spec.name, rel, summary, nodes, precision))
         error = ""
     except SpecError as exc:  # found while setting the run up (the meta probe, a shape): not loadable
         with Workspace.open(settings.workspace) as ws:
@@ -325,6 +335,36 @@ def _run_one(
         ws.put_bench_item(bench_id, rel, position, spec.name, fingerprint=key, run_id=run_id, status="done",
                           error=error, result=result)  # fmt: skip
     return result
+
+
+def wants_baselines(row: dict[str, Any]) -> bool:
+    """Whether a row lacks the reference's times: no candidate was timed, and none were measured."""
+    return not row.get("shapes") and "baselines" not in row and "baselines_error" not in row
+
+
+def with_baselines(settings: Settings, spec_path: Path, row: dict[str, Any]) -> dict[str, Any]:
+    """The row with the eager and torch.compile times per shape where no candidate's timing gave them
+    (no candidate, or none correct): what a reader of the bench wants to know of every problem, and
+    the proof that the harness could prepare it. A failure is the row's `baselines_error`."""
+    from kernelevolve.jobs import baselines
+
+    if not wants_baselines(row):
+        return row
+    try:
+        _, rows, _, errors = baselines(spec_path, settings)
+    except KernelevolveError as exc:
+        return {**row, "baselines_error": _said(exc)}
+    except Exception as exc:  # a bench survives any spec
+        return {**row, "baselines_error": f"{type(exc).__name__}: {exc}"}
+
+    def us(stats: dict[str, Any] | None) -> float | None:
+        return stats["median_s"] * 1e6 if stats else None
+
+    times = [
+        {"shape": r["shape"], "eager_us": us(r.get("eager")), "compile_us": us(r.get("compile"))}
+        for r in rows
+    ]
+    return {**row, "baselines": times} | ({"baselines_missing": errors} if errors else {})
 
 
 def _failed_row(name: str, rel: str, run_id: str | None, precision: str, error: str) -> dict[str, Any]:
