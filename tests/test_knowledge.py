@@ -465,7 +465,7 @@ def test_analysis_and_lessons_record_what_failed_and_why() -> None:
     assert [x.split(":")[0] for x in lessons] == ["node 3", "node 2"]
 
 
-def test_warm_seeds_prefer_the_same_spec_then_the_same_pattern(tmp_path: Path) -> None:
+def test_warm_seeds_prefer_the_same_spec_then_the_same_computation(tmp_path: Path) -> None:
     from kernelevolve.knowledge.share import export_bundle, import_bundle
 
     ws = Workspace.open(tmp_path / "ws")
@@ -473,9 +473,10 @@ def test_warm_seeds_prefer_the_same_spec_then_the_same_pattern(tmp_path: Path) -
     ws.record_spec(spec.fingerprint, spec.name, str(spec.path), spec.source, spec.summary())
     other = load_spec(SAMPLE_SPECS / "rmsnorm.py")
     ws.record_spec(other.fingerprint, other.name, str(other.path), other.source, other.summary())
+    ops = ["_softmax"]
 
-    def finished_run(fp: str, pattern: str, source: str, fitness: float) -> str:
-        run = ws.create_run(fp, "x.py", "cuda", "tuner", "uct", {}, {}, pattern=pattern)
+    def finished_run(fp: str, run_ops: list[str], source: str, fitness: float) -> str:
+        run = ws.create_run(fp, "x.py", "cuda", "tuner", "uct", {"ops": run_ops}, {}, pattern="row")
         node = ws.create_node(run, None, None, "draft")
         ws.propose_node(run, node, source=source)
         verdict = {"status": "ok", "fitness": fitness, "speedup_vs_eager": fitness, "shapes": []}
@@ -486,23 +487,28 @@ def test_warm_seeds_prefer_the_same_spec_then_the_same_pattern(tmp_path: Path) -
         )
         return run
 
-    finished_run(other.fingerprint, "row", "# rmsnorm kernel\n", 2.0)
-    # a better kernel of the same pattern whose forward takes other inputs is no seed (a TypeError)
+    finished_run(other.fingerprint, ops, "# a softmax kernel of another spec\n", 2.0)
+    # better kernels that are no seed: the same pattern ("row") but another computation, a forward
+    # that takes other inputs, a constructor that takes other arguments (each a wasted candidate)
+    finished_run(other.fingerprint, ["mean", "rsqrt", "mul"], "# an rmsnorm kernel\n", 5.0)
     two_inputs = "class ModelNew:\n    def forward(self, x, residual):\n        return x\n"
-    finished_run(other.fingerprint, "row", two_inputs, 3.0)
-    seeds = learning.warm_seeds(ws, spec, "cuda", "row", exclude_run="new")
-    assert [s.reason for s in seeds] == ["same pattern"] and "fitness 2.00" in seeds[0].note
-    finished_run(spec.fingerprint, "row", "# softmax kernel A\n", 1.5)
-    finished_run(spec.fingerprint, "row", "# softmax kernel B\n", 1.8)
-    seeds = learning.warm_seeds(ws, spec, "cuda", "row", exclude_run="new")
+    finished_run(other.fingerprint, ops, two_inputs, 3.0)
+    with_dim = "class ModelNew:\n    def __init__(self, dim):\n        pass\n    def forward(self, x):\n        return x\n"
+    finished_run(other.fingerprint, ops, with_dim, 4.0)
+    seeds = learning.warm_seeds(ws, spec, "cuda", ops, exclude_run="new")
+    assert [s.reason for s in seeds] == ["same computation"] and "fitness 2.00" in seeds[0].note
+    assert learning.warm_seeds(ws, spec, "cuda", None, exclude_run="new") == []  # ops unknown: nothing else
+    finished_run(spec.fingerprint, ops, "# softmax kernel A\n", 1.5)
+    finished_run(spec.fingerprint, ops, "# softmax kernel B\n", 1.8)
+    seeds = learning.warm_seeds(ws, spec, "cuda", ops, exclude_run="new")
     assert [s.source for s in seeds] == ["# softmax kernel B\n", "# softmax kernel A\n"]
-    assert learning.warm_seeds(ws, spec, "cpu", "row", exclude_run="new") == []  # other platform
+    assert learning.warm_seeds(ws, spec, "cpu", ops, exclude_run="new") == []  # other platform
 
     bundle = tmp_path / "share.json"
-    assert export_bundle(ws, bundle)["kernels"] == 4
+    assert export_bundle(ws, bundle)["kernels"] == 6
     ws2 = Workspace.open(tmp_path / "ws2")
-    assert import_bundle(ws2, bundle)["kernels"] == 4
-    assert [s.reason for s in learning.warm_seeds(ws2, spec, "cuda", "row", "new")] == [
+    assert import_bundle(ws2, bundle)["kernels"] == 6
+    assert [s.reason for s in learning.warm_seeds(ws2, spec, "cuda", ops, "new")] == [
         "same spec",
         "same spec",
     ]

@@ -23,7 +23,7 @@ from kernelevolve.errors import SpecError, WorkspaceError
 from kernelevolve.evaluate import memory
 from kernelevolve.evaluate.executors import executor_slots
 from kernelevolve.jobs import _record_spec, hardware_profile, sized_for, trusted_cache
-from kernelevolve.knowledge.patterns import spec_pattern
+from kernelevolve.knowledge.patterns import aten_ops, classify
 from kernelevolve.platforms import Platform, get_platform, select
 from kernelevolve.search.engine import Engine, EngineContext
 from kernelevolve.search.limits import Limits
@@ -102,24 +102,35 @@ def start(
             "shapes": shapes,
             "seeds": [str(p.resolve()) for p in extra_seeds or []],
         }
-        pattern = spec_pattern(spec)
+        ops = reference_ops(spec)
+        config["ops"] = ops  # what a warm start of a later run matches on (`learning.warm_seeds`)
+        pattern = classify(ops) if ops else ""
         run_id = ws.create_run(
             spec.fingerprint, str(spec.path.resolve()), platform.name, synth.name, search.policy, config,
             dataclasses.asdict(limits), pattern=pattern,
         )  # fmt: skip
         if settings.warm_start and not extra_seeds and synth.name != "agent":
-            warm_start(ws, run_id, spec, platform.name, pattern)
+            warm_start(ws, run_id, spec, platform.name, ops)
         return run_id
 
 
-def warm_start(ws: Workspace, run_id: str, spec: Spec, platform: str, pattern: str) -> list[int]:
-    """Seed a new run's tree with the best earlier kernels for its spec (or operator pattern) on its
-    platform: `warm` nodes, proposed with the earlier kernel and evaluated afresh like any other."""
+def reference_ops(spec: Spec) -> list[str] | None:
+    """The aten ops the reference dispatches, in order (None where it runs nowhere here)."""
+    try:
+        return aten_ops(spec)
+    except Exception:  # a reference that runs nowhere here: no ops, not an error
+        return None
+
+
+def warm_start(ws: Workspace, run_id: str, spec: Spec, platform: str, ops: list[str] | None) -> list[int]:
+    """Seed a new run's tree with the best earlier kernels for its spec (or, failing that, for the
+    same computation: the same reference ops) on its platform: `warm` nodes, proposed with the earlier
+    kernel and evaluated afresh like any other."""
     from kernelevolve.evaluate.guards import check_source
     from kernelevolve.search.learning import warm_seeds
 
     nodes = []
-    for seed in warm_seeds(ws, spec, platform, pattern, exclude_run=run_id):
+    for seed in warm_seeds(ws, spec, platform, ops, exclude_run=run_id):
         node_id = ws.create_node(run_id, None, None, "warm")
         kinds = check_source(seed.source, accepted_kinds=()).kinds
         ws.propose_node(run_id, node_id, source=seed.source, kind=sorted(kinds)[0] if kinds else None,

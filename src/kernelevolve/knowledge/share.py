@@ -44,7 +44,8 @@ def export_bundle(ws: Workspace, path: Path) -> dict[str, int]:
             "platform": run["platform"], "source": node["source"],
             "data": {"fitness": summary.get("best_fitness"), "speedup_vs_eager": summary.get("best_speedup_vs_eager"),
                      "speedup_vs_compile": summary.get("best_speedup_vs_compile"), "device": summary.get("device"),
-                     "run": run["run_id"], "node": best, "analysis": node.get("analysis") or ""},
+                     "run": run["run_id"], "node": best, "analysis": node.get("analysis") or "",
+                     "ops": (run.get("config") or {}).get("ops")},
         })  # fmt: skip
     skills = ws.skills()
     docs = [d.to_dict() for d in ws.kb_docs() if d.origin == "user"]

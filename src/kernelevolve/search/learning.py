@@ -9,8 +9,9 @@
 - `skill_candidate`: when a child beats its parent by more than the noise, the step distilled into a
   candidate skill (`knowledge/skills.py`); `verify_skills` re-measures the largest candidates at the
   end of a run and indexes the ones whose gain reproduces.
-- `warm_seeds`: the best earlier kernels for the same spec (or, failing that, the same operator
-  pattern) on the same platform, from this workspace's runs and from imported kernels.
+- `warm_seeds`: the best earlier kernels for the same spec (or, failing that, for the same
+  computation: the same reference ops, a constructor and a forward that take this spec's arguments) on
+  the same platform, from this workspace's runs and from imported kernels.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def verify_skills(
 class Seed:
     source: str
     note: str
-    reason: str  # "same spec" | "same pattern" | "imported"
+    reason: str  # "same spec" | "same computation"
 
 
 def forward_arity(source: str) -> tuple[int, int | None] | None:
@@ -177,24 +178,50 @@ def forward_arity(source: str) -> tuple[int, int | None] | None:
     return None
 
 
+def init_params(source: str, cls: str) -> list[str] | None:
+    """The parameter names of `cls.__init__` in `source` (self left out; [] where the class has no
+    `__init__`), or None where the source does not say."""
+    try:
+        tree = pyast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for fn in node.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                    a = fn.args
+                    names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)][1:]
+                    return (
+                        names
+                        + (["*" + a.vararg.arg] if a.vararg else [])
+                        + (["**" + a.kwarg.arg] if a.kwarg else [])
+                    )
+            return []
+    return None
+
+
 def _fits(source: str, spec: Any) -> bool:
-    """Whether a kernel written for another spec can be called with this spec's inputs: a warm start
-    across specs of one pattern (a fused FFN block for a linear + cross-entropy) is otherwise a
-    candidate spent on a TypeError."""
+    """Whether a kernel written for another spec can be built with this spec's constructor arguments
+    and called with its inputs: a warm start across specs is otherwise a candidate spent on a
+    TypeError (KernelBench level 1's ELU, norms and reductions were each seeded with a kernel of
+    another op whose `ModelNew()` took no arguments)."""
     inputs = next(iter(spec.inputs.values()), None)
     arity = forward_arity(source)
-    if inputs is None or arity is None:
-        return True  # nothing to go by: the harness will say
-    least, most = arity
-    return least <= len(inputs) and (most is None or len(inputs) <= most)
+    if inputs is not None and arity is not None:
+        least, most = arity
+        if len(inputs) < least or (most is not None and len(inputs) > most):
+            return False
+    theirs, ours = init_params(source, "ModelNew"), init_params(spec.source, "Model")
+    return theirs is None or ours is None or theirs == ours
 
 
 def warm_seeds(
-    ws: Workspace, spec: Any, platform: str, pattern: str, exclude_run: str, limit: int = 2
+    ws: Workspace, spec: Any, platform: str, ops: list[str] | None, exclude_run: str, limit: int = 2
 ) -> list[Seed]:
-    """The best earlier kernels for this spec on this platform; if there are none, the best for the
-    same operator pattern (other shapes or specs) whose forward takes this spec's inputs, at most one
-    of those."""
+    """The best earlier kernels for this spec on this platform; if there are none, at most one of
+    the same computation: another spec whose reference dispatched the same aten ops (`ops`, in order:
+    the same op at other sizes), whose kernel's constructor and forward take this spec's arguments.
+    An operator pattern alone ("elementwise", "row") is no such match: a GELU kernel is no ELU."""
     same: list[tuple[float, dict[str, Any], dict[str, Any]]] = []
     similar: list[tuple[float, dict[str, Any], dict[str, Any]]] = []
     for run in ws.runs(limit=200):
@@ -202,7 +229,7 @@ def warm_seeds(
             continue
         if run["spec_fingerprint"] == spec.fingerprint:
             bucket = same
-        elif pattern and run.get("pattern") == pattern:
+        elif ops and (run.get("config") or {}).get("ops") == ops:
             bucket = similar
         else:
             continue
@@ -216,13 +243,13 @@ def warm_seeds(
         run = {"run_id": f"imported from {k['origin']}", "spec_fingerprint": k["spec_fingerprint"]}
         if k["spec_fingerprint"] == spec.fingerprint:
             same.append((float(data.get("fitness") or 0), run, row))
-        elif pattern and k["pattern"] == pattern:
+        elif ops and data.get("ops") == ops:
             similar.append((float(data.get("fitness") or 0), run, row))
     chosen = sorted(same, key=lambda x: -x[0])
     reason = "same spec"
     if not chosen:
         similar = [x for x in similar if _fits(x[2]["source"], spec)]
-        chosen, reason, limit = sorted(similar, key=lambda x: -x[0]), "same pattern", 1
+        chosen, reason, limit = sorted(similar, key=lambda x: -x[0]), "same computation", 1
     out, seen = [], set()
     for fitness, run, n in chosen:
         h = candidate_hash(n["source"])
@@ -240,5 +267,5 @@ def warm_seeds(
     return out
 
 
-__all__ = ["Seed", "analyze", "beats_parent", "forward_arity", "lessons", "phase", "signals",
+__all__ = ["Seed", "analyze", "beats_parent", "forward_arity", "init_params", "lessons", "phase", "signals",
            "skill_candidate", "verify_skills", "warm_seeds"]  # fmt: skip
