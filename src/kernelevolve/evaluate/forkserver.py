@@ -283,6 +283,7 @@ def _child(sock: socket.socket, msg: dict[str, Any], fds: list[int]) -> None:
         import tempfile
 
         tempfile.tempdir = None  # TMPDIR is the worker's own
+        _own_paths()
         if sys.path and sys.path[0] == _SERVER_CWD:
             sys.path[0] = msg["cwd"]
         from kernelevolve.evaluate import worker
@@ -303,6 +304,25 @@ def _child(sock: socket.socket, msg: dict[str, Any], fds: list[int]) -> None:
 
 
 _SERVER_CWD = ""
+
+
+def _own_paths() -> None:
+    """Module state that the server's imports derived from its environment, derived again from the
+    worker's, as a spawned worker's imports would have: torch.compile's cache folder (created at
+    import, where the pool takes its trusted compile cache from), Dynamo's package cache and
+    inductor's precompiled headers. Anything else so derived points into the server's own folder,
+    which no worker may read or write (Landlock): it fails closed, it is never shared."""
+    with contextlib.suppress(Exception):
+        from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+
+        cache_dir()  # creates the worker's own, as importing torch._dynamo does
+        package = sys.modules.get("torch._dynamo.package")
+        if package is not None and hasattr(package, "DynamoCache"):
+            disk_cache = package.DiskDynamoCache
+            setattr(package, "DynamoCache", disk_cache(os.path.join(cache_dir(), "dynamo")))  # noqa: B010
+        codecache = sys.modules.get("torch._inductor.codecache")
+        if codecache is not None and hasattr(codecache, "_HEADER_DIR"):
+            setattr(codecache, "_HEADER_DIR", os.path.join(default_cache_dir(), "precompiled_headers"))  # noqa: B010
 
 
 def _check_untouched() -> str | None:
