@@ -317,6 +317,28 @@ def test_bench_resumes_and_reruns_only_changed_specs(bench_run: dict[str, Any]) 
     assert json.loads(listing.stdout)["benches"][0]["done"] == 1
 
 
+def test_a_resumed_bench_knows_a_cached_result_without_loading_its_spec(
+    bench_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a spec imports, probes and traces it (minutes for KernelBench level 3's models, which
+    a resumed bench once spent 7.5 minutes of an H200 on before its first new run): a done spec whose
+    file, track, method and samples are unchanged is cached by its file key alone."""
+    args = bench_run["args"]
+    assert _invoke([*args, "--json"]).exit_code == 0  # whatever the earlier tests left, now all done
+    loaded: list[str] = []
+    real = runner.load_spec
+
+    def recording(path: Any, *a: Any, **kw: Any) -> Any:
+        loaded.append(Path(path).name)
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(runner, "load_spec", recording)
+    again = _invoke([*args, "--json"])
+    assert again.exit_code == 0, again.output
+    assert "done earlier" in again.stderr and json.loads(again.stdout)["results"][0]["correct"] is True
+    assert loaded == ["1_broken.py"]  # only the spec that does not load is tried again
+
+
 def test_bench_reruns_a_spec_whose_samples_changed(
     bench_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -326,6 +348,7 @@ def test_bench_reruns_a_spec_whose_samples_changed(
     with Workspace.open(ws) as w:
         runs_before = len(w.runs())
     monkeypatch.setattr(runner, "item_key", lambda spec: spec.fingerprint + "+new-sample")
+    monkeypatch.setattr(runner, "samples_digest", lambda: "a new sample")  # what adding one changes
     again = _invoke([*args, "--json"])
     assert again.exit_code == 0, again.output
     with Workspace.open(ws) as w:

@@ -102,3 +102,53 @@ def test_spawn_is_a_setting_and_a_typo_is_refused(tmp_path: Path) -> None:
         assert pool.device_info["started_by"] == "spawn"
     with pytest.raises(WorkspaceError, match="worker_start must be one of fork, spawn"):
         cpu_settings(tmp_path, worker_start="frok").validate()
+
+
+def test_a_fork_server_ends_with_its_engine(tmp_path: Path) -> None:
+    """An engine killed outright (no atexit) leaves no server behind: its socket closes, and the
+    server exits at once without finalising what it imported."""
+    import signal
+    import subprocess
+
+    code = (
+        "import sys, time; from pathlib import Path; from kernelevolve.evaluate import forkserver; "
+        "s = forkserver.server_for({'PATH': '/usr/bin:/bin'}, Path(sys.argv[1]), None, 120); "
+        "s._ready.wait(120); print(s.proc.pid, flush=True); time.sleep(600)"
+    )
+    engine = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert engine.stdout is not None
+        server = int(engine.stdout.readline())
+        assert Path(f"/proc/{server}").exists()
+        engine.send_signal(signal.SIGKILL)
+        engine.wait(10)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _alive(server):
+            time.sleep(0.1)
+        assert not _alive(server)
+    finally:
+        engine.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_an_engine_keeps_few_servers_and_ends_the_idle_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(forkserver, "_SERVERS", forkserver.OrderedDict())
+    servers = [
+        forkserver.server_for({"PATH": "/usr/bin:/bin", "N": str(n)}, tmp_path, None, 120) for n in range(3)
+    ]
+    try:
+        assert all(s is not None for s in servers)
+        assert len(forkserver._SERVERS) == forkserver.MAX_SERVERS == 2
+        first = servers[0]
+        assert first is not None and first.proc.wait(10) is not None  # ended, its folder removed
+        assert not first.workdir.exists()
+    finally:
+        forkserver.close_all()

@@ -192,15 +192,23 @@ def run_bench(
     interrupt = threading.Event()  # Ctrl-C, for the runs in threads other than the main one
     staged: dict[int, tuple[Spec, Path, str, dict[str, Any], bool]] = {}  # (spec, file, key, item, cached)
 
+    catalogue = samples_digest()
+
     def stage(i: int) -> bool:
         """Load spec i and settle what needs no run, before any device memory is granted to it: a
-        spec that does not load, or whose result is cached (each reported here). True: it runs."""
+        spec that does not load, or whose result is cached (each reported here). True: it runs.
+        A result stored with this file's `file_key` is cached without loading the spec at all."""
         path, rel = files[i], rels[i]
         with Workspace.open(settings.workspace) as ws:
             item = next(r for r in ws.bench_items(bench_id) if r["path"] == rel)
         info = {"index": i + 1, "total": len(files), "path": rel}
         if again is not None and again.search(rel) and item["status"] == "done":
             item = {**item, "status": "redo", "fingerprint": ""}  # done: a new run, not the cached row
+        quick = file_key(path, track, catalogue)
+        done = item["status"] == "done" and bool(item["result"]) and not item["error"]
+        if done and item["file_key"] == quick and not wants_baselines(item["result"]):
+            emit("cached", {**info, "name": item["name"], "result": item["result"]})
+            return False
         try:
             spec = load_spec(path)
         except Exception as exc:  # a bench survives any spec: SpecError, or the file's own bug
@@ -218,13 +226,14 @@ def run_bench(
                 run_path = _track_file(ws, bench_id, rel, spec, precision)
             spec = load_spec(run_path)
         key = item_key(spec)
-        cached = (
-            item["status"] == "done" and item["fingerprint"] == key and item["result"] and not item["error"]
-        )
+        cached = done and item["fingerprint"] == key
+        if cached:  # stored before file keys were: the next resume needs no loading
+            with Workspace.open(settings.workspace) as ws:
+                ws.put_bench_item(bench_id, rel, i, item["name"], file_key=quick)
         if cached and not wants_baselines(item["result"]):
             emit("cached", {**info, "name": spec.name, "result": item["result"]})
             return False
-        staged[i] = (spec, run_path, key, item, bool(cached))  # cached: only its baselines are missing
+        staged[i] = (spec, run_path, key, item, cached)  # cached: only its baselines are missing
         return True
 
     def demand(i: int) -> tuple[int, int] | None:
@@ -244,6 +253,10 @@ def run_bench(
             result = _run_one(jobs, device_settings, search, limits, synth, bench_id, i, rels[i], run_path, spec,
                               key, item, info, emit, interrupt)  # fmt: skip
         if result is not None:
+            with Workspace.open(settings.workspace) as ws:
+                ws.put_bench_item(
+                    bench_id, rels[i], i, spec.name, file_key=file_key(files[i], track, catalogue)
+                )
             emit("result", {**info, "name": spec.name, "result": result})
 
     schedule(one, len(files), settings, devices, per_device, interrupt, demand, platform.device_memory, stage)
@@ -280,6 +293,31 @@ def _regex(option: str, text: str | None) -> re.Pattern[str] | None:
         return re.compile(text) if text else None
     except re.error as exc:
         raise WorkspaceError(f"{option} {text!r} is not a regular expression: {exc}") from None
+
+
+def samples_digest() -> str:
+    """A digest of the shipped code samples (what `item_key` reads of them), once per bench."""
+    from kernelevolve.knowledge.samples import builtin_samples
+
+    found = sorted((s.doc_id, s.source) for kind in ("triton", "c") for s in builtin_samples(kind))
+    return hashlib.sha256(json.dumps(found).encode()).hexdigest()[:16]
+
+
+def file_key(path: Path, track: str, catalogue: str) -> str:
+    """What a spec's result stands for, from what needs no loading: the file's bytes, the track, the
+    timing method, torch's version and the shipped samples. Equal keys mean an equal `item_key`."""
+    import torch
+
+    from kernelevolve.evaluate.timing import METHOD_VERSION
+
+    parts = [
+        hashlib.sha256(path.read_bytes()).hexdigest(),
+        track,
+        f"t{METHOD_VERSION}",
+        torch.__version__,
+        catalogue,
+    ]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
 def item_key(spec: Spec) -> str:

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import argparse
 import array
+import atexit
 import contextlib
+import itertools
 import json
 import os
 import queue
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,6 +47,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -207,16 +211,29 @@ class ForkServer:
         except OSError:
             return ""
 
+    def busy(self) -> bool:
+        """Whether a worker it forked is still alive (its exit not yet reported)."""
+        with self._children_lock:
+            return any(c.returncode is None for c in self._children.values())
+
     def close(self) -> None:
+        """End the server (its workers, in sessions of their own, are the engine's to end) and remove
+        its folder."""
         with contextlib.suppress(OSError):
             self.sock.close()
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait(10)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-_SERVERS: dict[tuple[str, ...], ForkServer] = {}
+_SERVERS: OrderedDict[tuple[str, ...], ForkServer] = OrderedDict()  # least recently used first
 _SERVERS_LOCK = threading.Lock()
+_STARTED = itertools.count()
+# Servers kept by one engine process: a process whose environment changes between pools (a test
+# session) would otherwise keep one server, some 300 MB, for every environment it ever had. Only
+# idle ones (no worker alive) are ended to make room.
+MAX_SERVERS = 2
 
 
 def server_for(env: dict[str, str], root: Path, lease: str | None, timeout_s: float) -> ForkServer | None:
@@ -227,10 +244,16 @@ def server_for(env: dict[str, str], root: Path, lease: str | None, timeout_s: fl
     with _SERVERS_LOCK:
         server = _SERVERS.get(key)
         if server is None:
-            workdir = root / f"forkserver-{os.getpid()}-{len(_SERVERS)}"
+            idle = [k for k, s in _SERVERS.items() if not s.busy()]
+            while len(_SERVERS) >= MAX_SERVERS and idle:
+                _SERVERS.pop(idle.pop(0)).close()
+            if not _SERVERS:
+                atexit.register(close_all)
+            workdir = root / f"kernelevolve-forkserver-{os.getpid()}-{next(_STARTED)}"
             server_env = dict(shared, HOME=str(workdir), TMPDIR=str(workdir / "tmp"))
             (workdir / "tmp").mkdir(parents=True, exist_ok=True)
             server = _SERVERS[key] = ForkServer(server_env, workdir, lease, timeout_s)
+        _SERVERS.move_to_end(key)
     return None if server.error else server
 
 
@@ -362,9 +385,6 @@ def serve(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     sock = socket.socket(fileno=args.sock_fd)
     _SERVER_CWD = os.getcwd()
-    # The engine ends a server by closing its socket; a terminal's Ctrl-C is the engine's to handle.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
     warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
     # A module that asks torch.cuda.is_available() while importing asks NVML, not the CUDA driver:
     # a driver initialised here would be unusable in every child. (The children's environment is the
@@ -388,7 +408,7 @@ def serve(argv: list[str] | None = None) -> None:
         lease.release()
     if why:
         sock.send(json.dumps({"op": "unfit", "message": why}).encode())
-        return
+        os._exit(0)
     sys.stdout.flush()
     sys.stderr.flush()
     sock.send(
@@ -407,7 +427,7 @@ def serve(argv: list[str] | None = None) -> None:
         if readable:
             data, ancdata, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(16 * 4))
             if not data:  # the engine is gone: so are its workers (they watch their channels)
-                return
+                os._exit(0)  # nothing to flush or finalise: what it imported is no one's
             msg = json.loads(data)
             fds = [
                 fd
@@ -452,4 +472,8 @@ def _fork(sock: socket.socket, msg: dict[str, Any], fds: list[int]) -> int | Non
 
 
 if __name__ == "__main__":
-    serve()
+    try:
+        serve()
+    finally:  # an error's traceback is in the log; nothing is finalised (see `serve`)
+        sys.stderr.flush()
+        os._exit(1)

@@ -93,7 +93,7 @@ class BenchesMixin:
             )
 
     def put_bench_item(self, bench_id: str, path: str, position: int, name: str, **fields: Any) -> None:
-        """Insert or update one spec's row: `fingerprint`, `run_id`, `status`, `error`, `result`."""
+        """Insert or update one spec's row: `fingerprint`, `file_key`, `run_id`, `status`, `error`, `result`."""
         if "status" in fields and fields["status"] not in ITEM_STATUSES:
             raise ValueError(f"bench item status {fields['status']!r}")
         now = _now()
@@ -104,7 +104,7 @@ class BenchesMixin:
                 "position = excluded.position, name = excluded.name, updated_at = excluded.updated_at",
                 (bench_id, path, position, name, now),
             )
-            for column in ("fingerprint", "run_id", "status", "error"):
+            for column in ("fingerprint", "file_key", "run_id", "status", "error"):
                 if column in fields:
                     conn.execute(
                         f"UPDATE bench_items SET {column} = ? WHERE bench_id = ? AND path = ?",

@@ -329,3 +329,12 @@ def m004_benches(conn: sqlite3.Connection) -> None:
         )
         """,
     )
+
+
+@migration
+def m005_bench_file_keys(conn: sqlite3.Connection) -> None:
+    """`bench_items.file_key`: a digest of what a spec's result stands for that needs no loading (the
+    file's bytes, the track, the timing method, torch's version and the shipped samples), stored with
+    each done item, by which a resumed bench recognises a cached result without importing, probing
+    and tracing the spec again (minutes for KernelBench level 3's models)."""
+    _run(conn, "ALTER TABLE bench_items ADD COLUMN file_key TEXT NOT NULL DEFAULT ''")
