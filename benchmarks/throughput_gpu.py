@@ -140,7 +140,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     variants = [_variant(v) for v in args.variant] or [("now", str(ROOT / "src"), {})]
-    args.profile_from = measure_profile(Path(variants[-1][1]), dict(kv.split("=", 1) for kv in args.env))
+    # Measured by the oldest version given: a newer one reads its workspace (its migrations run
+    # forward), an older one refuses a workspace a newer one wrote.
+    args.profile_from = measure_profile(Path(variants[0][1]), dict(kv.split("=", 1) for kv in args.env))
     results = []
     for name, src, own_env in variants:
         r = run_variant(name, Path(src), args.specs, args, own_env)
