@@ -11,7 +11,9 @@ documents' results and summaries as they were. What each column means:
 - loaded: the spec loaded and a run was set up for it (a load error names the reason);
 - eager us / compile us: the reference's times over the problem's shapes, from the best kernel's
   re-measurement or, where no candidate was timed, from the baselines the bench measured for it;
-- coverage: `templated` (the tuner wrote at least one candidate), or `not templated` with the reason;
+- coverage: `templated` (the tuner wrote at least one candidate), `not templated` (the row gives the
+  reason), or `not templated (a warm start only)`: the run's one candidate was an earlier run's kernel
+  and the tuner had nothing of its own to try;
 - vs eager / vs compile: what the exported module delivers (the kernel where it beats eager beyond
   the noise, the reference elsewhere), as `kernelevolve bench` reports it.
 """
@@ -55,6 +57,17 @@ def outcome(row: dict[str, Any]) -> str:
     return "no correct kernel (other)"
 
 
+def _coverage(row: dict[str, Any]) -> str:
+    """Whether the tuner wrote a candidate: not where the row says "no candidate", nor where the only
+    candidate was a warm start and the tuner then declined (it had nothing of its own to try)."""
+    if str(row.get("message") or "").startswith("no candidate"):
+        return "not templated"
+    declined = "nothing new to try" in str(row.get("stop_reason") or "")
+    if declined and int(row.get("candidates") or 0) <= 1 and not row.get("correct"):
+        return "not templated (a warm start only)"
+    return "templated"
+
+
 def level_section(name: str, doc: dict[str, Any]) -> list[str]:
     s = doc["summary"]
     results = doc["results"]
@@ -82,17 +95,21 @@ def level_section(name: str, doc: dict[str, Any]) -> list[str]:
         lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
     counts = Counter(outcome(r) for r in results)
     lines += ["", "How they ended: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()) + "."]
+    coverage = Counter(_coverage(r) for r in results)
+    lines += ["Tuner coverage: " + ", ".join(f"{k} {v}" for k, v in coverage.most_common()) + "."]
     with_times = sum(1 for r in results if _us(r, "eager_us") is not None)
     lines += [f"The reference's eager time is in {with_times} of {len(results)} rows."]
     lines += ["", "| problem | loaded | eager us | compile us | coverage | vs eager | vs compile | outcome |",
               "| --- | --- | ---: | ---: | --- | ---: | ---: | --- |"]  # fmt: skip
     for r in sorted(results, key=lambda r: _order(r["path"])):
-        coverage = "not templated" if str(r.get("message") or "").startswith("no candidate") else "templated"
+        coverage = _coverage(r)
         lines.append(
             f"| {r['name']} | yes | {_fmt(_us(r, 'eager_us'), 'us')} | {_fmt(_us(r, 'compile_us'), 'us')} | "
             f"{coverage} | {_fmt(r.get('speedup_vs_eager') if r.get('correct') else None, 'x')} | "
             f"{_fmt(r.get('speedup_vs_compile') if r.get('correct') else None, 'x')} | {outcome(r)} |"
         )
+    for path in sorted(doc.get("pending") or [], key=_order):
+        lines.append(f"| {Path(path).stem} | not run | - | - | - | - | - | not reached |")
     for e in doc.get("load_errors") or []:
         lines.append(f"| {Path(e['path']).stem} | no: {e['error'][:160]} | - | - | - | - | - | load error |")
     reasons = [r for r in results if not r.get("correct")]
