@@ -100,7 +100,7 @@ def test_spawn_is_a_setting_and_a_typo_is_refused(tmp_path: Path) -> None:
         verdict = pool.evaluate_one(HONEST, "honest.py")
         assert verdict.status == Status.OK, verdict.message
         assert pool.device_info["started_by"] == "spawn"
-    with pytest.raises(WorkspaceError, match="worker_start must be one of fork, spawn"):
+    with pytest.raises(WorkspaceError, match="worker_start must be one of auto, fork, spawn"):
         cpu_settings(tmp_path, worker_start="frok").validate()
 
 

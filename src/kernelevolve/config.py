@@ -25,7 +25,7 @@ from kernelevolve.errors import WorkspaceError
 ENV_PREFIX = "KERNELEVOLVE_"
 DEFAULT_WORKSPACE = Path(".kernelevolve")
 PROFILE_MODES = ("auto", "off", "torch", "ncu")
-WORKER_STARTS = ("fork", "spawn")
+WORKER_STARTS = ("auto", "fork", "spawn")
 FITNESS_BASELINES = ("best", "eager", "compile")
 
 
@@ -80,8 +80,10 @@ class Settings:
     spares: int = 1
     # How a worker starts: "fork" (Linux: forked from a process of the engine's that has imported
     # torch and torch.compile's stack once, `evaluate/forkserver.py`; where it cannot serve, workers
-    # are spawned) or "spawn" (a fresh interpreter per worker).
-    worker_start: str = "fork"
+    # are spawned), "spawn" (a fresh interpreter per worker), or "auto": fork on the CPU; spawn on a
+    # GPU until forked workers pass the GPU memory-cap tests (two of them failed on an H200: see
+    # benchmarks/results/2026-11-26-h200-fork-server.md), where "fork" halved a worker's start-up.
+    worker_start: str = "auto"
     # Devices a search spreads its candidates over: indices ("0,1"), or "auto": every visible device
     # of the platform, unless `device` names another than the first (then that one alone). `device` is
     # also the one device of single-device jobs (eval, profile, baselines).

@@ -168,8 +168,11 @@ class WorkerHandle:
         self, args: list[str], env: dict[str, str], fds: tuple[int, int, int], lease_key: str
     ) -> forkserver.ForkedProcess | None:
         """The worker forked from the engine's fork server (`forkserver.py`), or None where workers
-        are spawned (`worker_start = "spawn"`, or the server could not serve: said once, in its log)."""
-        if self.settings.worker_start != "fork" or sys.platform != "linux":
+        are spawned (`worker_start`, or the server could not serve: said once, in the log)."""
+        mode = self.settings.worker_start
+        if mode == "auto":  # see Settings.worker_start
+            mode = "spawn" if self.platform.name in ("cuda", "rocm") else "fork"
+        if mode != "fork" or sys.platform != "linux":
             return None
         server = forkserver.server_for(
             env, Path(tempfile.gettempdir()), lease_key if self.platform.exclusive else None,
