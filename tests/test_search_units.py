@@ -274,40 +274,53 @@ def test_a_new_best_is_profiled_only_while_later_candidates_can_read_it(
         assert profiled == []
 
 
-def test_a_profile_runs_beside_the_search_and_its_diagnosis_lands(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With one expansion at a time, the next candidate is evaluated while the new best is being
-    profiled (the profile below returns only once it has seen that); the run then waits for the
-    profile, whose metrics reach the new best's diagnosis. Were the profile taken inside the
-    expansion, as before, it would wait for a candidate that cannot start, and see none."""
-    from kernelevolve.optimize import drive, start
+def test_a_profile_runs_beside_the_search_where_the_device_allows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU a new best's profile runs on a thread of its own: `offer` returns at once, the newest
+    best waiting meanwhile replaces an older one, and the diagnosis lands when the profile ends. On an
+    exclusive device (the CPU) it runs in the caller, which waits: a profiled process starting beside
+    another candidate's timing would disturb it."""
+    from types import SimpleNamespace
+
     from kernelevolve.search import profiling
-    from kernelevolve.synth import SynthConfig
-    from tests.conftest import SPECS, cpu_settings
 
-    settings = cpu_settings(tmp_path, profile="torch", baselines=["eager"], fitness_baseline="eager")
-    seen: list[int] = []
+    started, release = threading.Event(), threading.Event()
+    profiled: list[str] = []
 
-    def slow_profile(spec: object, platform: object, source: str, settings_: object, **kw: object) -> dict:
-        deadline = time.monotonic() + 90
-        evaluated = 0
-        while time.monotonic() < deadline:
-            with Workspace.open(settings.workspace) as ws:
-                evaluated = sum(1 for n in ws.nodes(run_id) if n["status"] not in ("created", "proposed"))
-            if evaluated >= 2:
-                break
-            time.sleep(0.2)
-        seen.append(evaluated)
-        return {"shape": "small", "tools": ["torch.profiler"],
-                "profiler": {"kernels_per_call": 0, "wall_us_per_call": 12.0}}  # fmt: skip
+    def slow_profile(spec: object, platform: object, source: str, settings: object, **kw: object) -> dict:
+        profiled.append(source)
+        started.set()
+        assert release.wait(30)
+        return {"shape": "small", "tools": ["torch.profiler"], "profiler": {"kernels_per_call": 1}}
 
     monkeypatch.setattr(profiling, "profile_candidate", slow_profile)
-    run_id = start(SPECS / "softmax.py", settings, SearchConfig(draft=1, parallel=1), Limits(budget=3),
-                   SynthConfig("tuner"))  # fmt: skip
-    drive(run_id, settings.workspace)
-    assert seen and seen[0] >= 2, seen  # a later candidate was evaluated during the profile
-    with Workspace.open(settings.workspace) as ws:
-        first = min(ws.nodes(run_id), key=lambda n: n["id"])
-    diagnosis = first["diagnosis"] or {}
-    assert diagnosis.get("metrics", {}).get("tools") == ["torch.profiler"], diagnosis
+    monkeypatch.setattr(profiling, "diagnose", lambda verdict, metrics: {"metrics": metrics})
+    written: list[tuple[int, dict[str, Any]]] = []
+    ws = SimpleNamespace(set_node_diagnosis=lambda run, node, d: written.append((node, d)))
+    settings = SimpleNamespace(profile="auto", profile_budget=3)
+    ctx = SimpleNamespace(
+        spec=None, platform=SimpleNamespace(name="cuda", exclusive=False), settings=settings, ws=ws
+    )
+    profiler = profiling.NewBestProfiler(ctx, "run", 2, 12, lambda: 2, lambda event, data: None)
+
+    def node(i: int) -> Node:
+        return Node(i, None, None, "draft", "evaluated", "ok", source=f"kernel {i}", verdict={})
+
+    t0 = time.monotonic()
+    profiler.offer(node(1))
+    assert started.wait(10) and time.monotonic() - t0 < 5  # returned while the profile runs
+    profiler.offer(node(2))
+    profiler.offer(node(3))  # newer: node 2 is never profiled
+    assert written == []
+    release.set()
+    deadline = time.monotonic() + 10
+    while len(written) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    profiler.join()
+    assert profiled == ["kernel 1", "kernel 3"] and [n for n, _ in written] == [1, 3]
+    assert written[0][1]["metrics"]["tools"] == ["torch.profiler"]
+
+    ctx.platform = SimpleNamespace(name="cpu", exclusive=True)
+    settings.profile = "torch"
+    inline = profiling.NewBestProfiler(ctx, "run", 1, 12, lambda: 2, lambda event, data: None)
+    inline.offer(node(4))  # release is set: it returns once the profile has ended
+    assert profiled[-1] == "kernel 4" and written[-1][0] == 4

@@ -80,6 +80,10 @@ class WorkerHandle:
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.proc: subprocess.Popen[bytes] | forkserver.ForkedProcess | None = None
         self.started_by = "spawn"  # or "fork" (forkserver.py)
+        self.server: forkserver.ForkServer | None = None  # the fork server asked for it, if any
+        self.start_error = ""
+        self._proc_lock = threading.Lock()
+        self._killed = False
         self.info: dict[str, Any] | None = None
         self.notes: list[str] = []
         self.ready_error: BaseException | None = None
@@ -132,22 +136,15 @@ class WorkerHandle:
         reads = [p for p in (self.spec_path, self.bytecode) if p is not None]
         args += sandbox_argv(self.dir, s, reads)
         self._spawned = time.monotonic()
-        with open(self.log_path, "wb") as log_file:
-            self.proc = self._forked(args, env, (cmd_r, res_w, log_file.fileno()), lease_key)
-            if self.proc is None:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "kernelevolve.evaluate.worker",
-                     "--cmd-fd", str(cmd_r), "--res-fd", str(res_w), *args],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.dir,
-                    env=env,
-                    pass_fds=(cmd_r, res_w),
-                    start_new_session=True,
-                )  # fmt: skip
-        os.close(cmd_r)
-        os.close(res_w)
+        log_file = open(self.log_path, "wb")  # noqa: SIM115 (closed by _launch, once the worker has it)
+        self.server = server = self._fork_server(env, lease_key)
+        launch = (server, args, env, cmd_r, res_w, log_file)
+        if server is None:
+            self._launch(*launch)
+        else:  # the server may still be importing, or waiting for the lease: not on the caller's time
+            threading.Thread(
+                target=self._launch, args=launch, daemon=True, name="kernelevolve-worker-fork"
+            ).start()
         self._chan = Channel(res_r, cmd_w)
         threading.Thread(target=self._read, daemon=True, name="kernelevolve-worker-reader").start()
         self.send(
@@ -164,29 +161,49 @@ class WorkerHandle:
         threading.Thread(target=self._await_ready, daemon=True, name="kernelevolve-worker-prepare").start()
         return self
 
-    def _forked(
-        self, args: list[str], env: dict[str, str], fds: tuple[int, int, int], lease_key: str
-    ) -> forkserver.ForkedProcess | None:
-        """The worker forked from the engine's fork server (`forkserver.py`), or None where workers
-        are spawned (`worker_start`, or the server could not serve: said once, in the log)."""
+    def _fork_server(self, env: dict[str, str], lease_key: str) -> forkserver.ForkServer | None:
+        """The engine's fork server for this worker (`forkserver.py`), or None where workers are
+        spawned (`worker_start`; or the server could not serve)."""
         mode = self.settings.worker_start
         if mode == "auto":  # see Settings.worker_start
             mode = "spawn" if self.platform.name in ("cuda", "rocm") else "fork"
         if mode != "fork" or sys.platform != "linux":
             return None
-        server = forkserver.server_for(
-            env, Path(tempfile.gettempdir()), lease_key if self.platform.exclusive else None,
-            self.settings.prepare_timeout_s,
-        )  # fmt: skip
-        if server is None:
-            return None
+        lease = lease_key if self.platform.exclusive else None
+        return forkserver.server_for(env, Path(tempfile.gettempdir()), lease, self.settings.prepare_timeout_s)
+
+    def _launch(
+        self, server: forkserver.ForkServer | None, args: list[str], env: dict[str, str], cmd_r: int,
+        res_w: int, log_file: Any,
+    ) -> None:  # fmt: skip
+        """Start the worker: forked by `server` (once it is ready), else spawned. Its ends of the
+        channel and its log are closed here once it holds them; a handle killed meanwhile ends it."""
+        proc: subprocess.Popen[bytes] | forkserver.ForkedProcess | None = None
         try:
-            child = server.fork(args, env, self.dir, fds)
-        except forkserver.ForkServerUnavailable as exc:
-            log.warning("workers are spawned, not forked: %s", exc)
-            return None
-        self.started_by = "fork"
-        return child
+            if server is not None:
+                try:
+                    proc = server.fork(args, env, self.dir, (cmd_r, res_w, log_file.fileno()))
+                    self.started_by = "fork"
+                except forkserver.ForkServerUnavailable as exc:
+                    log.warning("workers are spawned, not forked: %s", exc)
+            if proc is None:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "kernelevolve.evaluate.worker",
+                     "--cmd-fd", str(cmd_r), "--res-fd", str(res_w), *args],
+                    stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, cwd=self.dir,
+                    env=env, pass_fds=(cmd_r, res_w), start_new_session=True,
+                )  # fmt: skip
+        except OSError as exc:  # the reader sees the channel close, and reports this
+            self.start_error = f"the worker could not be started: {exc}"
+        finally:
+            os.close(cmd_r)
+            os.close(res_w)
+            log_file.close()
+        with self._proc_lock:
+            self.proc = proc
+            killed = self._killed
+        if killed:
+            self.kill()
 
     def _read(self) -> None:
         assert self._chan is not None
@@ -311,7 +328,8 @@ class WorkerHandle:
     # -- ending ------------------------------------------------------------------------------------
 
     def _wait_exit(self, timeout: float = 10.0) -> int | None:
-        assert self.proc is not None
+        if self.proc is None:  # never started (`start_error`), or not yet
+            return None
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -319,6 +337,8 @@ class WorkerHandle:
             return self.proc.wait()
 
     def _exit_description(self) -> str:
+        if self.start_error:
+            return self.start_error
         code = self._wait_exit()
         if code is None:
             return "the worker is unresponsive"
@@ -345,13 +365,17 @@ class WorkerHandle:
         return data.decode("utf-8", "replace").strip()
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        with self._proc_lock:
+            self._killed = True  # a worker still being forked is ended as soon as it exists
+            if self.proc is None:
+                return
+        if self.proc.poll() is None:
             kill_tree(self.proc.pid)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 pass
-        elif self.proc is not None:
+        else:
             kill_tree(self.proc.pid)  # its own exit may leave children behind
         if isinstance(self.proc, forkserver.ForkedProcess) and self.proc.poll() is not None:
             self.proc.release()  # its pid may now be reaped, and reused

@@ -9,7 +9,10 @@ device's lease. Three rules keep it worth that:
   of the budget remain (`2 * parallel` candidates), and at most `settings.profile_budget` per run.
 - **Beside the search, not in its way.** Profiles run one at a time on a thread of their own, and the
   expansion that found the new best goes on to its next candidate. A proposal made before a profile
-  ends reads the verdict's own diagnosis (the roofline's); later ones read the refined one.
+  ends reads the verdict's own diagnosis (the roofline's); later ones read the refined one. Not where
+  nothing may run beside a timing (`Platform.exclusive`: the CPU, where `profile = "torch"` asks
+  for profiles): there the profile is taken in the expansion that found the new best, as before,
+  since its process's start would disturb another candidate's timing.
 - **The newest best first.** A new best found while another is being profiled waits in a single slot;
   a newer one replaces it, and it is taken up only if the rules still hold when the thread is free.
 
@@ -45,6 +48,7 @@ class NewBestProfiler:
         mode = ctx.settings.profile
         gpu = ctx.platform.name in ("cuda", "rocm")
         self.enabled = mode in ("torch", "ncu") or (mode == "auto" and gpu)
+        self.beside = not ctx.platform.exclusive
         self._lock = threading.Lock()
         self._taken = 0  # profiles started by this run in this process
         self._waiting: Node | None = None
@@ -68,10 +72,13 @@ class NewBestProfiler:
             if not self.worth_it(self.spent()):
                 return
             self._taken += 1
-            self._thread = threading.Thread(
-                target=self._work, args=(node,), daemon=True, name="kernelevolve-profile"
-            )
-            self._thread.start()
+            if self.beside:
+                self._thread = threading.Thread(
+                    target=self._work, args=(node,), daemon=True, name="kernelevolve-profile"
+                )
+                self._thread.start()
+                return
+        self._profile(node)  # exclusive: in the caller's expansion, which waits for it
 
     def _work(self, node: Node | None) -> None:
         while node is not None:
