@@ -20,8 +20,8 @@ Server side (`python -m kernelevolve.evaluate.forkserver --sock-fd N`): its envi
 worker's (secrets scrubbed, `scrub_env`) without the per-worker paths; it imports `PRELOAD`, checks
 that no device was initialised (a CUDA driver initialised before fork is unusable in the child), has
 a first child prove that the device still starts after a fork, and reports ready. Where any of that
-fails, the engine is told why and spawns its workers as before (`Settings.worker_start = "spawn"`
-does so always). The child closes every descriptor but its channel, log and stdio before anything
+fails, the engine is told why and spawns its workers as before (`Settings.worker_start`: "spawn"
+always does; "auto", the default, forks on the CPU and spawns on GPUs for now). The child closes every descriptor but its channel, log and stdio before anything
 else, so no worker can reach the server's socket.
 
 What it does not do: share anything mutable between workers. A child is a copy of the server's
@@ -108,6 +108,7 @@ class ForkedProcess:
 
     def release(self) -> None:
         """The engine is done with the pid (killed, waited): the server may reap it."""
+        self.server._forget(self.pid)
         self.server._send({"op": "reap", "pid": self.pid})
 
 
@@ -204,6 +205,10 @@ class ForkServer:
                 if child.pid in self._early_exits:
                     child._set_exit(self._early_exits.pop(child.pid))
             return child
+
+    def _forget(self, pid: int) -> None:
+        with self._children_lock:
+            self._children.pop(pid, None)
 
     def log_tail(self, chars: int = 2000) -> str:
         try:
