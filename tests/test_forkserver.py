@@ -140,15 +140,21 @@ def _alive(pid: int) -> bool:
 def test_an_engine_keeps_few_servers_and_ends_the_idle_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A server asked for a fork is never ended to make room, even before it has forked (a worker's
+    start waits on it on another thread); once idle, the least recently used go first."""
     monkeypatch.setattr(forkserver, "_SERVERS", forkserver.OrderedDict())
-    servers = [
-        forkserver.server_for({"PATH": "/usr/bin:/bin", "N": str(n)}, tmp_path, None, 120) for n in range(3)
-    ]
+    env = {"PATH": "/usr/bin:/bin"}
     try:
-        assert all(s is not None for s in servers)
+        asked = [forkserver.server_for({**env, "N": str(n)}, tmp_path, None, 120) for n in range(3)]
+        assert all(s is not None for s in asked)
+        assert len(forkserver._SERVERS) == 3  # each still owes its caller a fork
+        for server in asked:
+            assert server is not None
+            with server._children_lock:
+                server._asked -= 1  # as `fork` does once it has answered
+        forkserver.server_for({**env, "N": "3"}, tmp_path, None, 120)
         assert len(forkserver._SERVERS) == forkserver.MAX_SERVERS == 2
-        first = servers[0]
-        assert first is not None and first.proc.wait(10) is not None  # ended, its folder removed
-        assert not first.workdir.exists()
+        for old in asked[:2]:  # ended, their folders removed
+            assert old is not None and old.proc.wait(10) is not None and not old.workdir.exists()
     finally:
         forkserver.close_all()

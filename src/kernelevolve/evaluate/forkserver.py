@@ -123,6 +123,7 @@ class ForkServer:
         self._children: dict[int, ForkedProcess] = {}
         self._early_exits: dict[int, int] = {}  # exits read before their fork's reply
         self._children_lock = threading.Lock()
+        self._asked = 0  # forks asked for (`server_for`) and not yet answered
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         workdir.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "kernelevolve.evaluate.forkserver", "--sock-fd", str(theirs.fileno())]
@@ -185,6 +186,15 @@ class ForkServer:
     ) -> ForkedProcess:
         """Fork a worker: `argv` are `worker.main`'s arguments but the channel's, `fds` its (command
         read end, result write end, log). Raises ForkServerUnavailable where it cannot."""
+        try:
+            return self._fork(argv, env, cwd, fds)
+        finally:
+            with self._children_lock:
+                self._asked -= 1
+
+    def _fork(
+        self, argv: list[str], env: dict[str, str], cwd: Path, fds: tuple[int, int, int]
+    ) -> ForkedProcess:
         if not self._ready.wait(self.timeout_s):
             raise ForkServerUnavailable(f"the fork server was not ready within {self.timeout_s:.0f} s")
         if self.error:
@@ -217,9 +227,10 @@ class ForkServer:
             return ""
 
     def busy(self) -> bool:
-        """Whether a worker it forked is still alive (its exit not yet reported)."""
+        """Whether a fork was asked of it and not yet answered, or a worker it forked is still alive
+        (its exit not yet reported)."""
         with self._children_lock:
-            return any(c.returncode is None for c in self._children.values())
+            return self._asked > 0 or any(c.returncode is None for c in self._children.values())
 
     def close(self) -> None:
         """End the server (its workers, in sessions of their own, are the engine's to end) and remove
@@ -243,7 +254,8 @@ MAX_SERVERS = 2
 
 def server_for(env: dict[str, str], root: Path, lease: str | None, timeout_s: float) -> ForkServer | None:
     """The engine's fork server for workers with this environment (their own paths aside), started
-    on first use; None once it has failed (the caller spawns)."""
+    on first use; None once it has failed (the caller spawns). The caller then asks it for one fork
+    (`ForkServer.fork`): until that is answered, the server is not ended to make room."""
     shared = {k: v for k, v in env.items() if k not in PER_WORKER}
     key = (*sorted(f"{k}={v}" for k, v in shared.items()), str(lease))
     with _SERVERS_LOCK:
@@ -259,7 +271,11 @@ def server_for(env: dict[str, str], root: Path, lease: str | None, timeout_s: fl
             (workdir / "tmp").mkdir(parents=True, exist_ok=True)
             server = _SERVERS[key] = ForkServer(server_env, workdir, lease, timeout_s)
         _SERVERS.move_to_end(key)
-    return None if server.error else server
+        if server.error:
+            return None
+        with server._children_lock:
+            server._asked += 1  # busy, not to be ended for room, until `fork` answers
+    return server
 
 
 def close_all() -> None:
