@@ -2,14 +2,14 @@
 and the device's memory, before any worker starts.
 
 The meta probe counts each shape's inputs, outputs and parameters (`Spec.footprint_bytes`); call the
-largest T. A worker holds about `WORKER_FACTOR` x T at its peak, and on a GPU its outputs
-`OUTPUT_FACTOR` (2) times again, which matters where outputs dominate, as in a matmul with a small
-inner dimension (4 on a GPU; 6 on the CPU, whose
-workers keep glibc's heap rather than return it, for timings that hold still: freed blocks there are
-reused but not given back, and a 640 MiB softmax measured 6.6 T with torch's own memory; on an H100,
-KernelBench level 1's 19_ReLU, T = 12 GiB, took more than 3.3 T preparing and 7_Matmul_with_small_K
-4 T, each failing at a cap the estimate of 3 T had set in a bench of several specs), plus its
-runtime's own memory (a CUDA context, torch.compile's workspace, torch itself on the CPU):
+largest T (of the shape whose need is largest). A worker holds about `WORKER_FACTOR` x T at its peak
+(4 on a GPU; 6 on the CPU, whose workers keep glibc's heap rather than return it, for timings that
+hold still: freed blocks there are reused but not given back, and a 640 MiB softmax measured 6.6 T
+with torch's own memory; on an H100, KernelBench level 1's 19_ReLU, T = 12 GiB, took more than 3.3 T
+preparing and 7_Matmul_with_small_K 4 T, each failing at a cap the estimate of 3 T had set in a bench
+of several specs); on a GPU its outputs `OUTPUT_FACTOR` (2) times again, which matters where outputs
+dominate, as in a matmul with a small inner dimension; plus its runtime's own memory (a CUDA context,
+torch.compile's workspace, torch itself on the CPU):
 - preparing: the inputs, the reference's outputs, and two trials' reference outputs kept whole (the
   other trials keep a sample of a large output: `worker._kept`);
 - checking a candidate: its inputs, its outputs, those two reference outputs (digests stand in for
