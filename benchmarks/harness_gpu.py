@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import softmax_variants  # noqa: E402
 
 from kernelevolve import jobs  # noqa: E402
-from kernelevolve.config import Settings  # noqa: E402
+from kernelevolve.config import Settings, load_settings  # noqa: E402
 from kernelevolve.evaluate import EvaluatorPool, Verdict  # noqa: E402
 from kernelevolve.platforms import get_platform  # noqa: E402
 from kernelevolve.spec import load_spec  # noqa: E402
@@ -227,7 +227,7 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="kernelevolve-bench-"))
-    settings = Settings(workspace=tmp / "ws", platform="cuda").validate()
+    settings = load_settings(tmp / "ws", {"platform": "cuda"})  # KERNELEVOLVE_* variables apply
     platform = get_platform("cuda")
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv)}
     with Workspace.open(settings.workspace) as ws:

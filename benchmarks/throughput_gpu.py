@@ -40,7 +40,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("worker_wait", "worker_start", "start:device", "start:spec", "start:compile_baseline",
-         "start:reference_outputs", "start:timer", "lease", "compile", "first-run", "correctness", "timing")  # fmt: skip
+         "start:reference_outputs", "start:reference_outputs_wait", "start:timer", "lease", "compile", "first-run", "correctness", "timing",
+         "timing:warmup", "timing:gc", "timing:inputs", "timing:calls", "timing:checks", "timing:audits")  # fmt: skip
 
 ROW_KEYS = ("name", "correct", "candidates", "speedup_vs_eager", "speedup_vs_compile", "wall_s", "message")
 

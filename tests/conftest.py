@@ -3,6 +3,7 @@ the device machine with `pytest -m gpu`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -71,6 +72,8 @@ def harness_settings(tmp: Path, platform: str = "cpu", **overrides: object) -> S
         memory_limit_gb=6 if platform == "cpu" else 16,
         workers=1,
         spares=1,
+        # The one setting taken from the environment, so the GPU tests can be run with either start.
+        worker_start=os.environ.get("KERNELEVOLVE_WORKER_START", "auto"),
     )
     return replace(base, **overrides).validate()  # type: ignore[arg-type]
 

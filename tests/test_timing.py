@@ -174,3 +174,31 @@ def test_baselines_alone_end_early_too_and_check_nothing() -> None:
     )  # fmt: skip
     assert result.failure is None and result.checked == 0
     assert result.stats["eager"].n == result.stats["compile"].n == 21
+
+
+def test_the_time_a_shape_took_is_told_by_part() -> None:
+    """`spent` says where a shape's timing went (the verdict's `timing:*` phases): here a slow input
+    draw shows as `inputs`, slow calls as `calls`, and the parts add up to the whole."""
+    timer = ScriptedTimer({"eager": 1e-3, "candidate": 1e-3})
+    draws = 0
+
+    def slow_inputs(seed: int) -> list[torch.Tensor]:
+        nonlocal draws
+        draws += 1
+        time.sleep(0.004)
+        return [torch.full((4,), float(seed))]
+
+    plan = TimingPlan(budget_s=0.05, min_trials=10, max_trials=10, warmup=1, graph_threshold_s=0.0,
+                      checked_fraction=0.0, allow_graphs=False)  # fmt: skip
+    start = time.perf_counter()
+    result = time_shape(
+        _callees(timer, ["eager", "candidate"], sleep_s=0.002), timer, plan, slow_inputs,
+        lambda buffers, inputs: buffers[0].copy_(inputs[0]), lambda pristine, snap: None, lambda buffers: [], torch,
+    )  # fmt: skip
+    whole = time.perf_counter() - start
+    spent = result.spent
+    assert set(spent) >= {"warmup", "gc", "inputs", "calls", "checks", "audits"}
+    assert spent["inputs"] >= 10 * 0.004  # ten rounds, each drawing its inputs
+    assert spent["calls"] >= 10 * 2 * 0.002  # two callees a round
+    assert spent["warmup"] >= 2 * (0.004 + 2 * 0.002)  # the estimate round and the sizing round
+    assert sum(spent.values()) == pytest.approx(whole, rel=0.1, abs=0.01)

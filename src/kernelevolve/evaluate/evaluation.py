@@ -457,6 +457,9 @@ class _Evaluation:
             timing = self._time_shape(st, dataclasses.replace(plan, seed=5000 + k, graphs=pinned))
             m.checked_timed_calls += timing.checked
             m.notes.extend(timing.notes)
+            for part, seconds in timing.spent.items():  # where the timing phase went, summed over shapes
+                key = f"timing:{part}"
+                self.phases[key] = round(self.phases.get(key, 0.0) + seconds, 4)
             if timing.failure:
                 raise Failed(Status.INCORRECT, f"shape {st.shape.name!r}: {timing.failure}")
             if timing.violations:

@@ -212,6 +212,10 @@ class ShapeTiming:
     violations: list[Violation] = field(default_factory=list)
     failure: str | None = None  # a checked timed call was wrong: the message
     notes: list[str] = field(default_factory=list)
+    # Host seconds by part (`warmup`: estimate rounds and graph capture; `gc`: the collection before the
+    # rounds; `inputs`: fresh inputs drawn and copied; `calls`: flushes and timed calls, synchronised;
+    # `checks`; `audits`). Rounds: `stats`' n.
+    spent: dict[str, float] = field(default_factory=dict)
 
 
 def block_medians(times: list[float], blocks: int = 5) -> list[float]:
@@ -353,7 +357,9 @@ def time_shape(
     # Then rounds until `warmup_s` has passed: a CPU that was idle (its clocks low, its threads asleep)
     # ran a 300 us kernel up to 15% slower in the first second of a process.
     estimates: dict[str, list[float]] = {c.name: [] for c in callees}
-    warm_until = time.perf_counter() + plan.warmup_s
+    spent = result.spent
+    started = time.perf_counter()
+    warm_until = started + plan.warmup_s
     w = 0
     while (
         w < max(ESTIMATE_ROUNDS if plan.allow_graphs else 1, plan.warmup) or time.perf_counter() < warm_until
@@ -383,6 +389,7 @@ def time_shape(
         timer.time_call(c.call, snapshot=False)
     timer.sync()
     per_round = max(time.perf_counter() - t0, 1e-6)
+    spent["warmup"] = time.perf_counter() - started  # with the round that sized the others
     rounds = int(min(plan.max_trials, max(plan.min_trials, plan.budget_s / per_round)))
     checked_rounds: set[int] = set()
     audit_rounds: set[int] = set()
@@ -395,7 +402,15 @@ def time_shape(
 
     times: dict[str, list[float]] = {c.name: [] for c in callees}
     tails: dict[str, list[float]] = {c.name: [] for c in callees}
+
+    def part(name: str, since: float) -> float:
+        now = time.perf_counter()
+        spent[name] = spent.get(name, 0.0) + now - since
+        return now
+
+    t = time.perf_counter()
     with _no_gc():
+        part("gc", t)
         for r in range(rounds):
             last = r == rounds - 1 or (
                 plan.precision > 0
@@ -404,7 +419,9 @@ def time_shape(
                 and settled(times, plan.precision)
             )
             round_seed = plan.seed * 100_000 + r
+            t = time.perf_counter()
             inputs = load(round_seed)
+            t = part("inputs", t)
             check = candidate is not None and (r in checked_rounds or last)
             pristine = inputs if check else None
             order = list(callees)
@@ -416,17 +433,19 @@ def time_shape(
             keep: list[Outputs] = []
             for c in order:
                 timer.flush()
-                t, tail, outs, s = timer.time_call(c.call, snapshot=check and c is candidate)
+                elapsed, tail, outs, s = timer.time_call(c.call, snapshot=check and c is candidate)
                 if c is candidate or not _poison_large(outs, c.buffers, torch):
                     keep.append(outs)
-                times[c.name].append(t)
+                times[c.name].append(elapsed)
                 tails[c.name].append(tail)
                 if c is candidate:
                     snap = s
+            t = part("calls", t)
             if check:
                 assert pristine is not None and snap is not None
                 result.checked += 1
                 failure = check_round(pristine, snap)
+                t = part("checks", t)
                 if failure:
                     result.failure = f"timed call {r + 1} of {rounds}: {failure}"
                     break
@@ -435,6 +454,7 @@ def time_shape(
                 # An audit call gets contents of its own: repeating the round's would hand a value cache a hit.
                 copy_into(candidate.buffers, fresh_inputs(round_seed + 7_919_000))
                 result.violations.extend(audit(candidate.buffers))
+                part("audits", t)
                 if result.violations:
                     break
             if last:
