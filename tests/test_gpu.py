@@ -139,7 +139,7 @@ def test_host_launch_overhead_is_not_timed_as_device_time() -> None:
     import torch
 
     from kernelevolve.evaluate.lease import DeviceLease
-    from kernelevolve.evaluate.timing import CudaTimer
+    from kernelevolve.platforms.timers import CudaTimer
 
     device = torch.device("cuda", 0)
     timer = get_platform("cuda").make_timer(device)  # the product's timer, sized for this device

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from kernelevolve import tunables
 from kernelevolve.evaluate.pool import static_report
 from kernelevolve.knowledge.docs import doc_from_text
 from kernelevolve.knowledge.patterns import spec_pattern
 from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
-from kernelevolve.synth.tuner import tunables
 
 from .kb_samples import KINDS, OPS, SAMPLES_DIR, kernel, ops_of, spec
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from kernelevolve import tunables
 from kernelevolve.evaluate import EvaluatorPool, Status
 from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
-from kernelevolve.synth.tuner import tunables
 from tests.conftest import harness_settings
 from tests.kb_samples import TRITON_OPS as OPS
 from tests.kb_samples import kernel, spec

@@ -134,7 +134,7 @@ def test_warm_start_seeds_a_new_run_from_an_earlier_one_and_shares(tmp_path: Pat
     ws2 = tmp_path / "ws2"
     imported = cli("kb", "import", str(bundle), ws=ws2)
     # each run's best (one kernel, or two where the runs' near-equal kernels ranked differently)
-    from kernelevolve.evaluate.pool import candidate_hash
+    from kernelevolve.store.blobs import candidate_hash
 
     exported = {k["hash"] for k in json.loads(bundle.read_text())["kernels"]}
     bests = {

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelevolve.jobs import profile_file
 from kernelevolve.profile.diagnosis import CLASSES
-from kernelevolve.profile.run import profile_file
 
 from .conftest import EXAMPLES, harness_settings
 

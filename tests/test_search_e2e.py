@@ -309,10 +309,10 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
 
 
 def test_tune_searches_a_users_declared_tunables_per_shape(tmp_path: Path) -> None:
+    from kernelevolve import tunables
     from kernelevolve.errors import SpecError
     from kernelevolve.optimize import tune
     from kernelevolve.spec import load_spec
-    from kernelevolve.synth.tuner import tunables
     from kernelevolve.synth.tuner.driver import templates_for
 
     spec_path = SPECS / "ew_chain.py"

@@ -1,6 +1,9 @@
 """The package's import graph (issue H): no module imports, directly or through others, a module that
-imports it back. Read from the sources (every `import` statement, those inside functions included:
-a lazy import is still a dependency), not from what an interpreter happened to load."""
+imports it back; and no package imports one above it in the layers (`LAYERS`, lowest first: contracts
+and values at the bottom, the harness above the store and platforms, the search above what writes
+candidates, the CLI on top). Read from the sources (every `import` statement, those inside functions
+and under TYPE_CHECKING included: a lazy import is still a dependency), not from what an interpreter
+happened to load."""
 
 from __future__ import annotations
 
@@ -78,6 +81,60 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return out
+
+
+# The layers, lowest first; a name is a top-level module or package of kernelevolve. A module may
+# import its own package, its layer's others (no loop between them: the test below) and lower layers.
+LAYERS = [
+    ["errors", "pyast", "config"],  # leaves
+    ["spec", "roofline", "tunables", "native"],  # values every part computes with
+    ["store", "report", "export"],  # the workspace; what renders or exports its records
+    ["platforms"],  # devices, their profiles and timers
+    ["evaluate"],  # the harness
+    ["profile"],  # profilers and diagnosis (in sandboxed processes of the harness's)
+    ["knowledge"],  # documents, retrieval, skills
+    ["synth"],  # what writes candidates: the operator, providers, the offline tuner
+    ["search"],  # the tree search
+    ["data", "cost"],  # records out of the workspace; the cost estimate
+    ["jobs", "optimize", "agent_jobs", "bench"],  # the jobs behind the commands
+    ["cli_common", "cli", "cli_search", "cli_agent", "cli_kb", "cli_bench", "mcp_server"],
+]
+
+
+def _top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _upward(graph: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
+    """Imports from a module to a module of a higher layer."""
+    rank = {name: i for i, layer in enumerate(layers) for name in layer}
+    out = []
+    for name, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            a, b = _top(name), _top(target)
+            if a != b and a and b and rank[b] > rank[a]:  # "": the package's own __init__
+                out.append(f"{name} -> {target}")
+    return out
+
+
+def test_no_package_imports_one_above_it() -> None:
+    modules = _modules()
+    graph = {name: _imports(path, name, modules) for name, path in modules.items()}
+    named = {name for layer in LAYERS for name in layer}
+    assert {_top(m) for m in modules} - {""} == named  # every part in a layer, no layer of a gone part
+    assert _upward(graph, LAYERS) == []
+    # and the parts of one layer do not import each other in a loop
+    parts: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        parts.setdefault(_top(name), set()).update(_top(t) for t in targets if _top(t) != _top(name))
+    assert _cycles(parts) == []
+
+
+def test_an_upward_import_is_found() -> None:
+    """The control: an import from a lower layer to a higher one is listed; the reverse is not."""
+    graph = {"k.store.a": {"k.search.b"}, "k.search.b": {"k.store.c"}, "k.store.c": set()}
+    assert _upward(graph, [["store"], ["search"]]) == ["k.store.a -> k.search.b"]
 
 
 def test_the_package_has_no_import_loops() -> None:

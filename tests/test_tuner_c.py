@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from kernelevolve import tunables as tn
 from kernelevolve.evaluate import EvaluatorPool, Status
 from kernelevolve.evaluate.guards import check_source
 from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner import c_codegen
-from kernelevolve.synth.tuner import tunables as tn
 from kernelevolve.synth.tuner.ir import Generated, OpGraph
 from kernelevolve.synth.tuner.trace import recognize
 from tests.conftest import SPECS, cpu_settings

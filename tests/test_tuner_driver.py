@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from kernelevolve.evaluate.pool import candidate_hash
+from kernelevolve import tunables as tn
 from kernelevolve.spec import Spec, load_spec
+from kernelevolve.store.blobs import candidate_hash
 from kernelevolve.synth.base import NodeView, Proposal, Snippet, Task
-from kernelevolve.synth.tuner import tunables as tn
 from kernelevolve.synth.tuner.driver import OfflineTuner
 from tests.conftest import SPECS
 

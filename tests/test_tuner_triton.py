@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
+from kernelevolve import tunables
 from kernelevolve.evaluate.guards import check_source
-from kernelevolve.synth.tuner import tunables
 from kernelevolve.synth.tuner.ir import GemmInfo, Op, OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_codegen import CodegenError, generate, variants
-from kernelevolve.synth.tuner.tunables import TunablesError
+from kernelevolve.tunables import TunablesError
 
 SPECS = Path(__file__).parent / "specs"
 

@@ -28,7 +28,7 @@ from kernelevolve.evaluate.verdict import (
     Violation,
     weighted_speedup,
 )
-from kernelevolve.profile.roofline import LAUNCH_FLOOR_S, flop_class, roofline
+from kernelevolve.roofline import LAUNCH_FLOOR_S, flop_class, roofline
 
 # -- timing statistics ----------------------------------------------------------------------------
 

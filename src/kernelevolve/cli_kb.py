@@ -267,7 +267,7 @@ def profile_cmd(
       kernelevolve profile examples/softmax/spec.py examples/softmax/triton_rowsoftmax.py
       kernelevolve profile examples/softmax/spec.py examples/softmax/c_rowsoftmax.py --platform cpu --json
     """
-    from kernelevolve.profile.run import profile_file
+    from kernelevolve.jobs import profile_file
 
     try:
         settings = settings_for(workspace, platform=platform, profile=profiler)

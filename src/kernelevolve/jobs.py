@@ -1,4 +1,5 @@
-"""The library-level jobs behind the CLI: evaluate candidates, time baselines, profile the hardware.
+"""The library-level jobs behind the CLI: evaluate candidates, time baselines, profile the hardware
+and a candidate.
 
 Each job opens the workspace, resolves the platform, and records what it measured. Nothing here prints
 or exits; progress is reported through an optional callback, and failures a user must act on are the
@@ -17,11 +18,12 @@ from kernelevolve.config import Settings
 from kernelevolve.errors import SpecError
 from kernelevolve.evaluate import memory
 from kernelevolve.evaluate.guards import check_source
-from kernelevolve.evaluate.pool import EvaluatorPool, candidate_hash, measure_profile
+from kernelevolve.evaluate.pool import EvaluatorPool, measure_profile
 from kernelevolve.evaluate.verdict import Verdict
 from kernelevolve.platforms import Platform, select
 from kernelevolve.spec import Spec, load_spec
 from kernelevolve.store import Workspace
+from kernelevolve.store.blobs import candidate_hash
 
 Progress = Callable[[str, str, Any], None]
 
@@ -176,3 +178,39 @@ def baselines(
             row["versions"] = info.get("versions")
             ws.put_baseline(spec.fingerprint, key, row["shape"], row)
     return spec, rows, key, errors
+
+
+def profile_file(
+    spec_path: Path, candidate_path: Path, settings: Settings, shape: str | None = None, mode: str | None = None,
+    on_event: Any = None,
+) -> dict[str, Any]:  # fmt: skip
+    """`kernelevolve profile`: evaluate the candidate (the verdict's roofline), profile it where it is
+    correct, and diagnose. On the CPU, `auto` means torch.profiler (ncu is for NVIDIA GPUs)."""
+    from kernelevolve.errors import KernelevolveError
+    from kernelevolve.profile.diagnosis import diagnose
+    from kernelevolve.profile.run import profile_candidate
+
+    if not candidate_path.is_file():
+        raise KernelevolveError(
+            f"{candidate_path}: no such candidate file", hint="give a .py file defining ModelNew"
+        )
+    spec, verdicts = evaluate(spec_path, [candidate_path], settings, on_event=on_event)
+    verdict = verdicts[0].to_dict()
+    platform = select(settings.platform)
+    metrics: dict[str, Any] = {"shape": None, "profiler": None, "ncu": None, "tools": [], "errors": []}
+    if verdicts[0].ok:
+        metrics = profile_candidate(spec, platform, candidate_path.read_text(), settings, shape, mode)
+    else:
+        metrics["errors"].append(f"not profiled: the candidate is not correct ({verdict['status']})")
+    diagnosis = diagnose(verdict, metrics)
+    return {
+        "spec": spec.name, "candidate": str(candidate_path), "platform": platform.name,
+        "status": verdict["status"], "message": verdict.get("message") or "",
+        "speedup_vs_eager": verdict.get("speedup_vs_eager"), "speedup_vs_compile": verdict.get("speedup_vs_compile"),
+        "roofline_fraction": verdict.get("roofline_fraction"), "diagnosis": diagnosis,
+        "metrics": {"shape": metrics.get("shape"), "profiler": metrics.get("profiler"), "ncu": metrics.get("ncu"),
+                    "tools": metrics.get("tools", []), "errors": metrics.get("errors", [])},
+        "shapes": [{k: s.get(k) for k in ("name", "correct", "speedup_vs_eager", "speedup_vs_compile",
+                                           "roofline_fraction", "bound")} for s in verdict.get("shapes", [])],
+        "method": verdict.get("method"),
+    }  # fmt: skip

@@ -247,7 +247,7 @@ def tune(
 ) -> dict[str, Any]:
     """The offline tuner on a user's kernel, one run per spec shape; a per-shape table of the best
     configuration found."""
-    from kernelevolve.synth.tuner import tunables
+    from kernelevolve import tunables
 
     source = kernel.read_text()
     try:

@@ -56,7 +56,7 @@ from kernelevolve.evaluate.runtime import Integrity, OpRecorder, new_threads, py
 from kernelevolve.evaluate.sandbox import descendants
 from kernelevolve.evaluate.timing import LARGE_OUTPUT_BYTES, Callee, ShapeTiming, TimingPlan, time_shape
 from kernelevolve.evaluate.verdict import Method, ShapeResult, Status, Verdict, Violation
-from kernelevolve.profile.roofline import flop_class, roofline
+from kernelevolve.roofline import flop_class, roofline
 
 COMPILE_ERRORS = (
     "CompilationError",

@@ -13,7 +13,6 @@ start (`HarnessError`).
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import signal
 import threading
@@ -31,12 +30,9 @@ from kernelevolve.evaluate.handle import Outcome, WorkerHandle
 from kernelevolve.evaluate.verdict import Method, Status, Verdict
 from kernelevolve.platforms import Platform
 from kernelevolve.spec import Spec
+from kernelevolve.store.blobs import candidate_hash
 
 Event = Callable[[str, str, Any], None]  # (event, candidate label, detail)
-
-
-def candidate_hash(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()
 
 
 def gpu_shares(settings: Settings, platform: str) -> tuple[float, float] | None:

@@ -52,10 +52,11 @@ from typing import Any
 from kernelevolve.config import Settings
 from kernelevolve.errors import HarnessError, KernelevolveError, SpecError, WorkspaceError
 from kernelevolve.evaluate.executors import Executor, LeastLoaded, Request
-from kernelevolve.evaluate.pool import EvaluationAborted, EvaluatorPool, candidate_hash
+from kernelevolve.evaluate.pool import EvaluationAborted, EvaluatorPool
 from kernelevolve.evaluate.verdict import Status, Verdict
 from kernelevolve.platforms import Platform, get_platform
 from kernelevolve.spec import load_spec
+from kernelevolve.store.blobs import candidate_hash
 
 try:
     import ray

@@ -41,7 +41,6 @@ worker for the reference and the comparison.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import gc
 import random
@@ -61,6 +60,8 @@ METHOD_VERSION = 3
 
 
 class Timer(Protocol):
+    """What a platform's timer does (`Platform.make_timer`; CUDA's and the CPU's: platforms/timers.py)."""
+
     name: str
     l2: str
     note: str  # how the method differs from a plain clock around the call ("" if it does not)
@@ -70,104 +71,6 @@ class Timer(Protocol):
         self, fn: Callable[[], Outputs], snapshot: bool
     ) -> tuple[float, float, Outputs, Outputs | None]: ...
     def sync(self) -> None: ...
-
-
-class CudaTimer:
-    """CUDA (and ROCm through torch.cuda) events on the current stream, device-wide idle check."""
-
-    name = "cuda_events"
-    note = (
-        "the cache flush before each timed call lasts about twice the host's recent enqueue time, so "
-        "host launch overhead is not timed as device time"
-    )
-    BASE_BYTES = 256 * 2**20
-
-    def __init__(self, device: Any, l2_bytes: int, total_bytes: int = 0):
-        import torch
-
-        self.torch = torch
-        self.device = device
-        self.base_bytes = max(self.BASE_BYTES, 4 * l2_bytes)
-        # A longer flush writes more: up to 2 GiB, or a 40th of the device's memory if that is less.
-        self.max_bytes = max(self.base_bytes, min(2 * 2**30, total_bytes // 40))
-        self.buf = torch.empty(self.base_bytes // 4, dtype=torch.int32, device=device)
-        mib = self.base_bytes // 2**20
-        self.l2 = f"flushed before every call (write of at least {mib} MiB, L2 {l2_bytes // 2**20} MiB)"
-        self.enqueue_s: collections.deque[float] = collections.deque([50e-6], maxlen=16)
-        self.bytes_per_s = self._flush_rate()
-
-    def _flush_rate(self) -> float:
-        """Bytes per second the flush writes, measured once."""
-        cuda = self.torch.cuda
-        with cuda.device(self.device):
-            self.buf.zero_()
-            start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
-            start.record()
-            self.buf.zero_()
-            end.record()
-            end.synchronize()
-        return self.base_bytes / max(start.elapsed_time(end) / 1e3, 1e-7)
-
-    def flush(self) -> None:
-        """Overwrite the L2, for at least twice the host's recent enqueue time (module docstring)."""
-        want = int(2 * max(self.enqueue_s) * self.bytes_per_s)
-        size = min(self.max_bytes, max(self.base_bytes, want)) // 4
-        if size > self.buf.numel():
-            self.buf = self.torch.empty(size, dtype=self.torch.int32, device=self.device)
-        self.buf[:size].zero_()
-
-    def sync(self) -> None:
-        self.torch.cuda.synchronize(self.device)
-
-    def time_call(
-        self, fn: Callable[[], Outputs], snapshot: bool
-    ) -> tuple[float, float, Outputs, Outputs | None]:
-        cuda = self.torch.cuda
-        start, end, idle = (
-            cuda.Event(enable_timing=True),
-            cuda.Event(enable_timing=True),
-            cuda.Event(enable_timing=True),
-        )
-        t0 = time.perf_counter()
-        start.record()
-        outs = fn()
-        end.record()
-        self.enqueue_s.append(time.perf_counter() - t0)
-        snap = [o.detach().clone() for o in outs] if snapshot else None
-        cuda.synchronize(self.device)
-        idle.record()
-        idle.synchronize()
-        return start.elapsed_time(end) / 1e3, end.elapsed_time(idle) / 1e3, outs, snap
-
-
-class CpuTimer:
-    """perf_counter around the call; the last-level cache is flushed by writing a larger buffer."""
-
-    name = "perf_counter"
-    note = ""
-
-    def __init__(self, llc_bytes: int):
-        import torch
-
-        self.torch = torch
-        size = max(64 * 2**20, 2 * llc_bytes)
-        self.buf = torch.empty(size // 4, dtype=torch.int32)
-        self.l2 = f"last-level cache flushed before every call (write of {size // 2**20} MiB)"
-
-    def flush(self) -> None:
-        self.buf.fill_(1)
-
-    def sync(self) -> None:
-        pass
-
-    def time_call(
-        self, fn: Callable[[], Outputs], snapshot: bool
-    ) -> tuple[float, float, Outputs, Outputs | None]:
-        t0 = time.perf_counter_ns()
-        outs = fn()
-        t1 = time.perf_counter_ns()
-        snap = [o.detach().clone() for o in outs] if snapshot else None
-        return (t1 - t0) / 1e9, 0.0, outs, snap
 
 
 class Callee:

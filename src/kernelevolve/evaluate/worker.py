@@ -176,7 +176,7 @@ def _gpu_lease(state: Prepared) -> Any:
 
 def _reference_cases(state: Prepared, st: ShapeState, probe: list[Any], cases: list[Any], torch: Any) -> None:
     from kernelevolve.evaluate.inputs import digest, make_inputs
-    from kernelevolve.profile.roofline import count_flops, tensor_bytes
+    from kernelevolve.roofline import count_flops, tensor_bytes
     from kernelevolve.spec import flatten_outputs
 
     spec, module, shape, ref = state.spec, state.module, st.shape, st.reference

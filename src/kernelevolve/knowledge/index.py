@@ -213,7 +213,7 @@ class KnowledgeBase:
 
     def docs(self) -> dict[str, Doc]:
         if self._docs is None:
-            self._docs = {d.id: d for d in self.ws.kb_docs()}
+            self._docs = {row["id"]: Doc(**row) for row in self.ws.kb_doc_rows()}
         return self._docs
 
     def get(self, doc_id: str) -> Doc | None:

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.errors import KernelevolveError
-from kernelevolve.evaluate.pool import candidate_hash
 from kernelevolve.knowledge import skills as sk
 from kernelevolve.knowledge.docs import Doc
 from kernelevolve.knowledge.index import KnowledgeBase
 from kernelevolve.store import Workspace
+from kernelevolve.store.blobs import candidate_hash
 
 FORMAT = "kernelevolve-share/1"
 
@@ -48,7 +48,7 @@ def export_bundle(ws: Workspace, path: Path) -> dict[str, int]:
                      "ops": (run.get("config") or {}).get("ops")},
         })  # fmt: skip
     skills = ws.skills()
-    docs = [d.to_dict() for d in ws.kb_docs() if d.origin == "user"]
+    docs = [Doc(**row).to_dict() for row in ws.kb_doc_rows() if row["origin"] == "user"]
     bundle = {"format": FORMAT, "created": datetime.now(UTC).isoformat(timespec="seconds"), "workspace": str(ws.root),
               "kernels": kernels, "skills": skills, "docs": docs}  # fmt: skip
     path.write_text(json.dumps(bundle, indent=1, default=str))

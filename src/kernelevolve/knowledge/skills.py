@@ -22,8 +22,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from kernelevolve import tunables as tn
 from kernelevolve.knowledge.docs import Doc
-from kernelevolve.synth.tuner import tunables as tn
 
 MARKERS = (  # constructs whose appearance or disappearance names a code change
     "tl.dot", "tl.multiple_of", "tl.max_contiguous", "num_stages", "num_warps", "GROUP_M", "tl.atomic_add",

@@ -70,7 +70,7 @@ class CpuPlatform(Platform):
         return f"cpu:{_pyplatform.machine()}-{isa}"
 
     def make_timer(self, device: Any) -> Any:
-        from kernelevolve.evaluate.timing import CpuTimer
+        from kernelevolve.platforms.timers import CpuTimer
 
         _steady_heap()
         return CpuTimer(_llc_bytes())

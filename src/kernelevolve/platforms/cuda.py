@@ -89,7 +89,7 @@ class CudaPlatform(Platform):
     def make_timer(self, device: Any) -> Any:
         import torch
 
-        from kernelevolve.evaluate.timing import CudaTimer
+        from kernelevolve.platforms.timers import CudaTimer
 
         props = torch.cuda.get_device_properties(device)
         return CudaTimer(device, int(getattr(props, "L2_cache_size", 50 * 2**20)), int(props.total_memory))

@@ -180,42 +180,4 @@ def _ncu(spec: Spec, cand: Path, shape: str, device: str, work: Path, platform: 
     }, None
 
 
-def profile_file(
-    spec_path: Path, candidate_path: Path, settings: Settings, shape: str | None = None, mode: str | None = None,
-    on_event: Any = None,
-) -> dict[str, Any]:  # fmt: skip
-    """`kernelevolve profile`: evaluate the candidate (the verdict's roofline), profile it where it is
-    correct, and diagnose. On the CPU, `auto` means torch.profiler (ncu is for NVIDIA GPUs)."""
-    from kernelevolve import jobs
-    from kernelevolve.platforms import select
-    from kernelevolve.profile.diagnosis import diagnose
-
-    if not candidate_path.is_file():
-        from kernelevolve.errors import KernelevolveError
-
-        raise KernelevolveError(
-            f"{candidate_path}: no such candidate file", hint="give a .py file defining ModelNew"
-        )
-    spec, verdicts = jobs.evaluate(spec_path, [candidate_path], settings, on_event=on_event)
-    verdict = verdicts[0].to_dict()
-    platform = select(settings.platform)
-    metrics: dict[str, Any] = {"shape": None, "profiler": None, "ncu": None, "tools": [], "errors": []}
-    if verdicts[0].ok:
-        metrics = profile_candidate(spec, platform, candidate_path.read_text(), settings, shape, mode)
-    else:
-        metrics["errors"].append(f"not profiled: the candidate is not correct ({verdict['status']})")
-    diagnosis = diagnose(verdict, metrics)
-    return {
-        "spec": spec.name, "candidate": str(candidate_path), "platform": platform.name,
-        "status": verdict["status"], "message": verdict.get("message") or "",
-        "speedup_vs_eager": verdict.get("speedup_vs_eager"), "speedup_vs_compile": verdict.get("speedup_vs_compile"),
-        "roofline_fraction": verdict.get("roofline_fraction"), "diagnosis": diagnosis,
-        "metrics": {"shape": metrics.get("shape"), "profiler": metrics.get("profiler"), "ncu": metrics.get("ncu"),
-                    "tools": metrics.get("tools", []), "errors": metrics.get("errors", [])},
-        "shapes": [{k: s.get(k) for k in ("name", "correct", "speedup_vs_eager", "speedup_vs_compile",
-                                           "roofline_fraction", "bound")} for s in verdict.get("shapes", [])],
-        "method": verdict.get("method"),
-    }  # fmt: skip
-
-
-__all__ = ["heaviest_shape", "profile_candidate", "profile_file"]
+__all__ = ["heaviest_shape", "profile_candidate"]

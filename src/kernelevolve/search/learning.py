@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelevolve import pyast
-from kernelevolve.evaluate.pool import candidate_hash
 from kernelevolve.knowledge import skills as sk
 from kernelevolve.knowledge.index import Signals
 from kernelevolve.search.tree import Node, Tree
 from kernelevolve.store import Workspace
+from kernelevolve.store.blobs import candidate_hash
 
 LESSONS = 8
 

@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelevolve import tunables
 from kernelevolve.evaluate.verdict import best_baseline_label
 from kernelevolve.synth.base import NodeView
-from kernelevolve.synth.tuner import tunables
 
 
 @dataclass

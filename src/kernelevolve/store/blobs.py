@@ -28,6 +28,12 @@ def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def candidate_hash(source: str) -> str:
+    """A candidate's identity everywhere (nodes, verdicts, the tried set, blobs): the digest of its
+    source's UTF-8 bytes, the name its blob is stored under."""
+    return digest_of(source.encode())
+
+
 class BlobStore:
     """Blobs under one root folder, created on the first `put`."""
 

@@ -14,12 +14,26 @@ import json
 import sqlite3
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kernelevolve.store.runs import _json, _now
 
-if TYPE_CHECKING:
-    from kernelevolve.knowledge.docs import Doc
+
+class DocFields(Protocol):
+    """What the store keeps of a knowledge document (`knowledge.docs.Doc` has these fields)."""
+
+    id: str
+    title: str
+    category: str
+    body: str
+    platforms: list[str]
+    targets: list[str]
+    tags: list[str]
+    triggers: list[str]
+    level: str
+    origin: str
+    path: str
+    meta: dict[str, Any]
 
 
 def _fts_text(values: Iterable[str]) -> str:
@@ -41,7 +55,7 @@ class KnowledgeMixin:
         return str(rows[0]["value"]) if rows else None
 
     def kb_replace(
-        self, docs: Iterable[Doc], *, origin: str | None = None, meta: Mapping[str, str] | None = None
+        self, docs: Iterable[DocFields], *, origin: str | None = None, meta: Mapping[str, str] | None = None
     ) -> int:
         """Delete every document of `origin` and any with the ids of `docs`, insert `docs`, set `meta`:
         one transaction, so a reader never sees a half-built index. Returns the number inserted."""
@@ -79,15 +93,14 @@ class KnowledgeMixin:
                 conn.execute("DELETE FROM kb_fts WHERE id = ?", (doc_id,))
         return len(ids)
 
-    def kb_docs(self) -> list[Doc]:
-        from kernelevolve.knowledge.docs import Doc
-
+    def kb_doc_rows(self) -> list[dict[str, Any]]:
+        """Every stored document as a dict of `DocFields`' fields, by id (`Doc(**row)` rebuilds one)."""
         rows = self._rows("SELECT * FROM kb_docs ORDER BY id")
         return [
-            Doc(id=r["id"], title=r["title"], category=r["category"], body=r["body"],
-                platforms=json.loads(r["platforms"]), targets=json.loads(r["targets"]),
-                tags=json.loads(r["tags"]), triggers=json.loads(r["triggers"]), level=r["level"],
-                origin=r["origin"], path=r["path"], meta=json.loads(r["meta_json"]))
+            dict(id=r["id"], title=r["title"], category=r["category"], body=r["body"],
+                 platforms=json.loads(r["platforms"]), targets=json.loads(r["targets"]),
+                 tags=json.loads(r["tags"]), triggers=json.loads(r["triggers"]), level=r["level"],
+                 origin=r["origin"], path=r["path"], meta=json.loads(r["meta_json"]))
             for r in rows
         ]  # fmt: skip
 

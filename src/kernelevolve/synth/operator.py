@@ -34,13 +34,13 @@ Thread safety: all per-expansion state lives in a local `_Run`; one operator ser
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelevolve.store.blobs import candidate_hash
 from kernelevolve.synth.base import Proposal, Task, Tools
 from kernelevolve.synth.prompt import (
     CANDIDATE_FILE,
@@ -131,10 +131,6 @@ def extract_code(text: str) -> str | None:
     return found[-1].strip("\n") + "\n" if found else None
 
 
-def source_hash(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()
-
-
 class _ArgError(Exception):
     pass
 
@@ -208,7 +204,7 @@ class _Run:
             return f"{CANDIDATE_FILE} defines no ModelNew"
         if self.parent_source and source.strip() == self.parent_source.strip():
             return f"{CANDIDATE_FILE} is unchanged from the parent: change it before submitting"
-        if source_hash(source) in self.task.tried:
+        if candidate_hash(source) in self.task.tried:
             return "this exact file was already evaluated in this run: try something different"
         return None
 
@@ -479,4 +475,4 @@ def _note_of(text: str) -> str:
     return before[:300]
 
 
-__all__ = ["TOOLS", "TOOL_NAMES", "LLMOperator", "extract_code", "source_hash"]
+__all__ = ["TOOLS", "TOOL_NAMES", "LLMOperator", "extract_code"]

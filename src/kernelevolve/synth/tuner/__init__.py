@@ -1,7 +1,7 @@
 """The offline tuner: templates generated from the reference, and search over declared tunables.
 
 `trace.recognize` maps a spec's reference onto an `ir.OpGraph`; `c_codegen` (CPU) and `triton_codegen`
-(CUDA, ROCm) turn it into candidate files that declare `TUNABLES`/`CONFIG` (`tunables.py`); and
+(CUDA, ROCm) turn it into candidate files that declare `TUNABLES`/`CONFIG` (`kernelevolve/tunables.py`); and
 `driver.OfflineTuner` is the synthesizer that proposes configurations to the search engine.
 
 Exports resolve lazily, so importing this package costs nothing (no torch, no triton).

@@ -1,7 +1,7 @@
 """The CPU back end of the offline tuner: an `OpGraph` in, a complete C candidate file out.
 
 `generate(graph, config)` writes one fused kernel in C (OpenMP across rows, `omp simd` along them)
-and the Python module around it: `TUNABLES`/`CONFIG` (see `tunables.py`), `ModelNew` with the
+and the Python module around it: `TUNABLES`/`CONFIG` (see `kernelevolve/tunables.py`), `ModelNew` with the
 reference's constructor, and a forward that only makes its inputs contiguous, allocates the output
 and calls the kernel. Every tunable is a preprocessor macro handed to the compiler (`-DKE_THREADS=2`),
 so the C text is fixed, each configuration compiles to its own library, and the tuner changes a

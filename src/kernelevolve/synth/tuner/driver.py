@@ -4,7 +4,7 @@
 model: it recognizes the reference once (`trace.recognize`), generates the platform's templates
 (`c_codegen` on the CPU; `triton_codegen` and each of its `variants` on CUDA and ROCm; imported
 lazily, cached per spec fingerprint), and from then on works on configurations. A candidate is
-tunable when its source declares `TUNABLES`/`CONFIG` (`tunables.py`); a new candidate is the parent's
+tunable when its source declares `TUNABLES`/`CONFIG` (`kernelevolve/tunables.py`); a new candidate is the parent's
 source with only its `CONFIG` rewritten, so a configuration has one spelling and one hash.
 
 What each kind of task gets:
@@ -38,11 +38,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kernelevolve import tunables as tn
 from kernelevolve.errors import KernelevolveError
-from kernelevolve.evaluate.pool import candidate_hash
 from kernelevolve.spec import Spec
+from kernelevolve.store.blobs import candidate_hash
 from kernelevolve.synth.base import NodeView, Proposal, Task, Tools
-from kernelevolve.synth.tuner import tunables as tn
 from kernelevolve.synth.tuner.ir import Generated
 
 Config = dict[str, Any]

@@ -112,7 +112,7 @@ class OpGraph:
 
 @dataclass
 class Generated:
-    """A complete candidate file, with its tunables declared in the source (see `tunables.py`)."""
+    """A complete candidate file, with its tunables declared in the source (see `kernelevolve/tunables.py`)."""
 
     source: str
     template: str  # e.g. "triton-row", "c-elementwise"

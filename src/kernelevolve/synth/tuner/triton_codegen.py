@@ -2,7 +2,7 @@
 
 `generate(graph, config, precision, template)` returns a `Generated`: a file that imports torch and
 triton, declares `TUNABLES` and `CONFIG` (and `TILE`, the knobs that size a program's register tile,
-where the template has fixed ones; see `tunables.py`), defines the kernel(s), and a
+where the template has fixed ones; see `kernelevolve/tunables.py`), defines the kernel(s), and a
 `ModelNew(nn.Module)` with the reference's constructor whose forward fetches the tensors, allocates
 the outputs in the graph's dtype and launches. Kernels read every knob from `CONFIG` at launch time, so
 the tuner's rewrite of the `CONFIG` line is all a new configuration takes; `config` here only picks the
@@ -56,7 +56,7 @@ from kernelevolve.synth.tuner.triton_common import (
     prologue,
     store,
 )
-from kernelevolve.synth.tuner.tunables import TunablesError, format_config
+from kernelevolve.tunables import TunablesError, format_config
 
 Builder = Callable[[OpGraph, str], Parts]
 

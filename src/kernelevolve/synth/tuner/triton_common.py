@@ -36,7 +36,7 @@ class Parts:
     """What a template contributes to the file: kernel sources, the forward's body (unindented
     lines), its tunables and their defaults, module-level helpers it needs (see HELPERS), and the
     knobs whose product is the tile one program holds in registers (written as `TILE`, see
-    `tunables.py`; empty where no fixed knobs size it)."""
+    `kernelevolve/tunables.py`; empty where no fixed knobs size it)."""
 
     kernels: list[str]
     forward: list[str]
