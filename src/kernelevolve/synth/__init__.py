@@ -7,6 +7,8 @@ PROVIDER:MODEL     the universal operator (`operator.py`) over a chat model from
                    or any OpenAI-compatible server with `base_url`
 agent              nobody in this process: `kernelevolve agent next/submit` (or the MCP server)
                    hands tasks to an external agent or a person (`agent.py`)
+NAME               a synthesizer another package registers (entry-point group
+                   `kernelevolve.synthesizers`; see `registry.py`)
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kernelevolve.errors import WorkspaceError
 from kernelevolve.spec import Spec
 from kernelevolve.synth.base import Synthesizer
 
@@ -31,7 +32,8 @@ class SynthConfig:
 
     @property
     def is_model(self) -> bool:
-        return self.name not in ("tuner", "agent")
+        """A chat model (PROVIDER:MODEL): it costs money and needs its SDK and key."""
+        return ":" in self.name
 
 
 def create(
@@ -44,30 +46,11 @@ def create(
     extra_seeds: list[tuple[str, str]] | None = None,
     workspace: Any = None,
 ) -> Synthesizer:
-    if cfg.name == "tuner":
-        from kernelevolve.synth.tuner.driver import OfflineTuner
+    """The synthesizer `cfg.name` names (`registry.py`), made for this spec and platform."""
+    from kernelevolve.synth.registry import factory_for
 
-        # With seeds (`kernelevolve tune`), the user's kernels are what is tuned, not the templates.
-        return OfflineTuner(
-            spec, platform, tuple(kinds), extra_seeds=list(extra_seeds or []), templates=not extra_seeds
-        )
-    if cfg.name == "agent":
-        from kernelevolve.synth.agent import ExternalAgent
-
-        return ExternalAgent()
-    if ":" not in cfg.name:
-        raise WorkspaceError(
-            f"unknown synthesizer {cfg.name!r}",
-            hint="use `tuner` (the default), `agent`, or PROVIDER:MODEL such as openai:gpt-4.1",
-        )
-    from kernelevolve.synth.operator import LLMOperator
-    from kernelevolve.synth.providers import get_model
-
-    model = get_model(cfg.name, base_url=cfg.base_url, workspace=workspace)
-    return LLMOperator(
-        model, meter, max_steps=cfg.max_steps, tool_mode=False if cfg.single_shot else None,
-        context_tokens=cfg.context_tokens,
-    )  # fmt: skip
+    make = factory_for(cfg.name)
+    return make(cfg, spec, platform, tuple(kinds), meter=meter, extra_seeds=extra_seeds, workspace=workspace)
 
 
 __all__ = ["SynthConfig", "create"]
