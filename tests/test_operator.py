@@ -15,7 +15,8 @@ from kernelevolve.synth import providers
 from kernelevolve.synth.base import NodeView, Snippet, Task
 from kernelevolve.synth.operator import LLMOperator, extract_code
 from kernelevolve.synth.prompt import estimate_tokens, rules, synthesize
-from kernelevolve.synth.providers.base import Meter, ProviderError, Usage, WorkspaceCap
+from kernelevolve.synth.providers.base import ProviderError, Usage
+from kernelevolve.synth.providers.meter import Meter, WorkspaceCap
 from kernelevolve.synth.providers.pricing import Price
 from tests.fakes import FakeTools, ScriptedModel, call, kb_search, register_scripted, text_reply, tool_reply
 

@@ -24,7 +24,6 @@ from kernelevolve.synth.operator import LLMOperator
 from kernelevolve.synth.providers.anthropic import AnthropicChat
 from kernelevolve.synth.providers.base import (
     Message,
-    Meter,
     ProviderError,
     ToolCall,
     ToolSpec,
@@ -33,6 +32,7 @@ from kernelevolve.synth.providers.base import (
     parse_retry_after,
     scrub,
 )
+from kernelevolve.synth.providers.meter import Meter
 from kernelevolve.synth.providers.openai import OpenAIChat
 from kernelevolve.synth.providers.pricing import DEFAULT_PRICES, Price, load_prices, lookup
 from tests.fakes import FakeTools

@@ -53,7 +53,7 @@ def _meter(synth: SynthConfig, limits: Limits, workspace: Path, run: dict[str, A
     if not synth.is_model:
         return None
     from kernelevolve.config import load_settings
-    from kernelevolve.synth.providers.base import Meter, WorkspaceCap
+    from kernelevolve.synth.providers.meter import Meter, WorkspaceCap
 
     current = load_settings(workspace)
 

@@ -2,7 +2,7 @@
 
 Checked before each new node is created; expansions already in flight finish (their evaluation is
 never cut off halfway), so the wall-clock limit can be overrun by one evaluation, never the candidate
-budget. Token and USD caps are also enforced inside the model loop (`providers.base.Meter`): a cap
+budget. Token and USD caps are also enforced inside the model loop (`providers.meter.Meter`): a cap
 reached mid-expansion ends that expansion cleanly.
 """
 

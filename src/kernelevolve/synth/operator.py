@@ -54,12 +54,12 @@ from kernelevolve.synth.providers.base import (
     RETRYABLE,
     ChatModel,
     Message,
-    Meter,
     ProviderError,
     Reply,
     ToolCall,
     ToolSpec,
 )
+from kernelevolve.synth.providers.meter import Meter
 
 FILE_CHARS = 60_000  # a read_file result larger than this is elided in the middle
 RESULT_CHARS = 6_000  # lint / quick_run / search results

@@ -29,13 +29,13 @@ from typing import Any
 from kernelevolve.synth.providers.base import (
     ChatModel,
     Message,
-    Meter,
     ProviderError,
     Reply,
     ToolCall,
     ToolSpec,
     Usage,
 )
+from kernelevolve.synth.providers.meter import Meter
 
 __all__ = [
     "ChatModel",
