@@ -3,6 +3,9 @@
 Progress goes to stderr, one line per event; `--json` prints one summary object on stdout. Exit
 codes: 0 the run ended with a correct kernel, 1 it ended without one, 2 bad input, 3 the harness
 failed. Ctrl-C stops a run cleanly (exit 130); `kernelevolve resume RUN` continues it.
+
+Why one module (over 450 lines): the five commands share one progress printer, one summary
+printer and the exit-code rules; each command is a short block that reads top to bottom.
 """
 
 from __future__ import annotations
@@ -417,7 +420,7 @@ def show(
       kernelevolve show 3f2a --node 7
     """
     from kernelevolve import optimize as jobs
-    from kernelevolve.search.engine import describe_verdict
+    from kernelevolve.search.tools import describe_verdict
     from kernelevolve.store import Workspace
 
     try:

@@ -46,6 +46,10 @@ process, so a candidate can forge it (or call a no-op function): it shows that a
 launched something, and correctness comes from the harness comparing outputs. The build cache is
 shared by every process that sees the same directory; where candidates must not influence each
 other, the sandbox gives each worker its own `KERNELEVOLVE_NATIVE_CACHE`.
+
+Why one module (over 450 lines): it is imported by candidates, inside workers, as one small
+public API (`compile_c`, `compile_cuda`); the signature parser, the build and the ctypes call are
+its three sections, in that order.
 """
 
 from __future__ import annotations

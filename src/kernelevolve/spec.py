@@ -32,6 +32,10 @@ the reference too where the meta device cannot run it and the inputs are not lar
 (`REAL_PROBE_BYTES`); a `Model` whose constructor needs values (a drop-path schedule read with
 `.item()`) is built on the CPU and then moved to meta. `probe_notes` says so per shape (`kernelevolve
 spec` shows it).
+
+Why one module (over 450 lines): the format, its validation, the meta-device probe and the
+fingerprint all read the same `KERNELEVOLVE` dict and the same `Spec` value; a reader checks what a
+spec may say in one place.
 """
 
 from __future__ import annotations

@@ -38,6 +38,10 @@ spec declares it); `tf32` allows TF32 for every fp32 spec. A spec whose data is 
 own policy on both tracks. Where a track changes a spec's policy, the bench runs a derived copy of the
 file (the original plus one line that sets `precision`), written under the workspace, so the run's
 record names exactly what was measured.
+
+Why one module (over 450 lines): the bench's resume rules (bench key, item key, file key, what
+is cached, what runs again) and the run that obeys them read together; rows and metrics are
+`results.py`'s and `metrics.py`'s, scheduling is `schedule.py`'s.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ spec names and config come from users; all of it is untrusted text. Every value 
 `fmt.esc` and Markdown tables through `fmt.md`; sources in Markdown sit in fences they cannot close.
 What it does not do: it reads nothing from disk or the store and measures nothing; missing or
 malformed fields render as "-".
+
+Why one module (over 450 lines): the Markdown and the HTML are rendered here side by side from
+one `Facts`, so the two files cannot drift apart; the charts are `svg.py`'s, the formatting `fmt.py`'s.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ lint and quick_run go through the harness's isolation (`Tools`). Tool arguments 
 type; `read_file` serves only the in-memory files named above.
 
 Thread safety: all per-expansion state lives in a local `_Run`; one operator serves many threads.
+
+Why one module (over 450 lines): the tool loop and its seven tools' handlers share one `_Run`
+state; the handlers are short functions below the loop, in the order of the tool list above.
 """
 
 from __future__ import annotations

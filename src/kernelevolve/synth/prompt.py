@@ -18,6 +18,9 @@ from the slow; `combine` shows both; `fresh` and `draft` show none, whatever the
 
 Deliberately not here: calling a model, choosing knowledge (the engine retrieves it), tool schemas
 (`synth/operator.py`), how one node, verdict or diagnosis reads (`synth/render.py`).
+
+Why one module (over 450 lines): the whole prompt, its parts in the order the model reads them
+and the budget's order of giving way, read as one text; splitting it would scatter that order.
 """
 
 from __future__ import annotations
