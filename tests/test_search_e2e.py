@@ -313,7 +313,7 @@ def test_tune_searches_a_users_declared_tunables_per_shape(tmp_path: Path) -> No
     from kernelevolve.errors import SpecError
     from kernelevolve.optimize import tune
     from kernelevolve.spec import load_spec
-    from kernelevolve.synth.tuner.driver import templates_for
+    from kernelevolve.synth.tuner.templates import templates_for
 
     spec_path = SPECS / "ew_chain.py"
     templates, why = templates_for(load_spec(spec_path), "cpu", ("c",))

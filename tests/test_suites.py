@@ -83,7 +83,7 @@ def test_the_reference_as_a_candidate_is_a_guard_violation(path: Path, tmp_path:
 @pytest.mark.parametrize("path", SPECS, ids=IDS)
 def test_the_tuner_covers_the_spec_on_cuda(path: Path) -> None:
     from kernelevolve.knowledge.samples import applicable_samples
-    from kernelevolve.synth.tuner.driver import templates_for
+    from kernelevolve.synth.tuner.templates import templates_for
 
     spec = load_spec(path)
     templates, why = templates_for(spec, "cuda", ("triton",))

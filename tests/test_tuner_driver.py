@@ -350,15 +350,15 @@ def test_a_retrieved_skill_is_applied_first(spec: Spec, template: str) -> None:
 
 
 def test_the_parent_diagnosis_favours_the_moves_it_suggests() -> None:
-    from kernelevolve.synth.tuner.driver import PRIOR_WEIGHT, _prior
+    from kernelevolve.synth.tuner.moves import PRIOR_WEIGHT, prior
 
     space = {"BLOCK": [256, 512, 1024], "num_warps": [2, 4, 8], "order": ["a", "b"]}
-    assert _prior(("BLOCK", 1), space, "memory-bound") == PRIOR_WEIGHT
-    assert _prior(("BLOCK", -1), space, "memory-bound") == 1.0
-    assert _prior(("BLOCK", -1), space, "occupancy-limited") == PRIOR_WEIGHT
-    assert _prior(("num_warps", -1), space, "launch-bound") == PRIOR_WEIGHT
-    assert _prior(("order", 1), space, "memory-bound") == 1.0  # not an ordered numeric choice
-    assert _prior(("BLOCK", 1), space, "") == 1.0  # no diagnosis: no preference
+    assert prior(("BLOCK", 1), space, "memory-bound") == PRIOR_WEIGHT
+    assert prior(("BLOCK", -1), space, "memory-bound") == 1.0
+    assert prior(("BLOCK", -1), space, "occupancy-limited") == PRIOR_WEIGHT
+    assert prior(("num_warps", -1), space, "launch-bound") == PRIOR_WEIGHT
+    assert prior(("order", 1), space, "memory-bound") == 1.0  # not an ordered numeric choice
+    assert prior(("BLOCK", 1), space, "") == 1.0  # no diagnosis: no preference
 
 
 def test_inherit_follows_the_diagnosis_more_often_than_not(spec: Spec, template: str) -> None:
@@ -588,3 +588,127 @@ def test_the_looped_row_template_is_tuned_within_the_limit(monkeypatch: pytest.M
     assert len(configs) >= 25 and all(per_thread(c) <= 256 for c in configs), configs
     monkeypatch.setattr(tn, "THREAD_TILE_LIMIT", 10**9)
     assert any(per_thread(c) > 256 for c in run())
+
+
+# -- the proposals, pinned ---------------------------------------------------------------------------
+# Recorded from the tuner before driver.py was split into modules (issue H), so that a refactor that
+# changes any candidate, its order or its description fails here. Re-record only for an intended
+# change of behaviour: `python -c "from tests.test_tuner_driver import record_pinned; record_pinned()"`.
+
+PINNED = SPECS.parent / "fixtures" / "tuner" / "proposals.json"
+
+WIDE = """
+import torch.nn as nn
+
+TUNABLES = {"ROWS": [1, 4, 16, 64], "BLOCK": [64, 128, 256, 512, 1024], "num_warps": [1, 2, 4, 8],
+            "num_stages": [1, 2, 3], "order": ["row", "col"]}
+CONFIG = {"ROWS": 1, "BLOCK": 256, "num_warps": 4, "num_stages": 2, "order": "row"}
+TILE = ("ROWS", "BLOCK")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x
+"""
+
+PLAIN = "import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+
+
+def skill(name: str, key: str, old: Any, new: Any) -> Snippet:
+    return Snippet(
+        f"skill/{name}", "s", "t", category="skill", data={"change": {"tunables": {key: [old, new]}}}
+    )
+
+
+SKILLS = [
+    skill("block", "BLOCK", 128, 256),
+    skill("warps", "num_warps", 4, 2),
+    skill("order", "order", "row", "col"),
+    skill("a", "a", 1, 2),
+    skill("grain", "grain", 32768, 4096),
+]
+CLASSES = [None, "launch-bound", "memory-bound", "latency-bound", "compute-bound", "occupancy-limited"]
+MODES = ["draft", "fresh", "inherit", "compare", "combine", "crossover"]
+
+
+def script(tuner: OfflineTuner, spec: Spec, steps: int, seed: int, hashes: bool) -> list[dict[str, Any]]:
+    """The tuner over `steps` calls as a search might make them, every input drawn from `seed`:
+    modes, one or two parents (some failed, some with a diagnosis), retrieved skills, the whole tree
+    as history and as tried. Every proposal joins the tree. The record is each answer in full: the
+    source's hash (`hashes`), or its CONFIG where the source is a generated template's; the prompt's
+    list of spaces only where it changed."""
+    rng = random.Random(seed)
+    history: list[NodeView] = []
+    out = []
+    last_spaces = None
+    for i in range(steps):
+        mode = rng.choice(MODES) if history else "draft"
+        if mode == "crossover" and len(history) > 1:
+            parents = rng.sample(history, 2)
+        else:
+            parents = [rng.choice(history)] if history else []
+        tried = {candidate_hash(n.source or "") for n in history}
+        t = task(spec, "inherit" if mode == "crossover" else mode, [] if mode == "draft" else parents,
+                 history, tried, seed=seed * 1000 + i)  # fmt: skip
+        t.knowledge = rng.sample(SKILLS, rng.choice((0, 0, 1, 2)))
+        p = tuner.propose(t, NoTools())
+        found = tn.read(p.source) if p.source else None
+        prompt, _, spaces = (p.prompt or "").partition(" Spaces: ")
+        source = found[1] if found and not hashes else candidate_hash(p.source) if p.source else None
+        out.append({"mode": mode, "parents": [n.id for n in t.parents], "note": p.note,
+                    "response": p.response, "prompt": prompt,
+                    "spaces": spaces if spaces != last_spaces else None, "error": p.error,
+                    "exhausted": p.exhausted, "source": source})  # fmt: skip
+        last_spaces = spaces
+        if p.source is None:
+            continue
+        status = rng.choice(["ok", "ok", "ok", "incorrect", "timeout"])
+        klass = rng.choice(CLASSES)
+        history.append(NodeView(id=len(history) + 1, parent=parents[0].id if parents else None, mode=mode,
+                                source=p.source, status=status,
+                                fitness=round(rng.random() * 3, 3) if status == "ok" else 0.0,
+                                config=found[1] if found else None,
+                                diagnosis={"class": klass} if klass else None))  # fmt: skip
+    return out
+
+
+def pinned_runs() -> dict[str, list[dict[str, Any]]]:
+    """Three tuners: the user's seeds alone (one wide space with a TILE, a small one, one without
+    tunables), the C template with a seed, and a reference only a knowledge-base sample covers."""
+    from kernelevolve.knowledge.docs import DOCS_DIR
+
+    ew = load_spec(SPECS / "ew_chain.py")
+    bag = load_spec(DOCS_DIR / "samples" / "specs" / "embedding_bag.py")
+    seeds = [("wide.py", WIDE), ("small.py", SEED), ("plain.py", PLAIN)]
+    return {
+        "seeds": script(OfflineTuner(ew, "cpu", ("c",), seeds, templates=False), ew, 150, 11, hashes=True),
+        "template": script(OfflineTuner(ew, "cpu", ("c",), [("small.py", SEED)]), ew, 60, 12, hashes=False),
+        "sample": script(OfflineTuner(bag, "cpu", ("c",)), bag, 30, 13, hashes=False),
+    }
+
+
+def record_pinned() -> None:
+    import json
+
+    PINNED.parent.mkdir(parents=True, exist_ok=True)
+    runs = {name: [json.dumps(step, sort_keys=True) for step in run] for name, run in pinned_runs().items()}
+    lines = ",\n".join(f'"{name}": [\n' + ",\n".join(steps) + "\n]" for name, steps in runs.items())
+    PINNED.write_text("{\n" + lines + "\n}\n")  # one step a line: a change shows as the steps it moved
+
+
+def test_the_proposals_for_fixed_inputs_and_seeds_are_pinned() -> None:
+    import json
+
+    want = json.loads(PINNED.read_text())
+    got = json.loads(json.dumps(pinned_runs()))  # as the file holds it: tuples as lists
+    assert set(got) == set(want)
+    for name in want:
+        assert len(got[name]) == len(want[name]), name
+        for i, (g, w) in enumerate(zip(got[name], want[name], strict=True)):
+            assert g == w, f"{name}, step {i}"
+    # the record covers every kind of step the tuner takes
+    said = " | ".join(f"{r['note']} {r['response']}" for run in want.values() for r in run)
+    for kind in ("at its default config", "random config", "mutate", "along the lineage",
+                 "towards the fastest sibling", "two neighbouring steps", "applied skill/", "step back",
+                 "after a failure", "crossover", "exhausted"):  # fmt: skip
+        assert kind in said, kind

@@ -10,6 +10,10 @@ the columns is refused rather than misread. Composite ops that the decomposition
 
 Deliberately not here: tracing, the constructor's source, comparing shapes (all in `trace.py`).
 Anything outside the IR raises `Unsupported` with the reason.
+
+Why one module (over 450 lines): it is one class, `GraphMapper`, whose `visit` dispatches each aten
+op to a method, and every method reads and writes the same table of values and their layouts; the
+broadcast check and the composite expansions are only correct against that table.
 """
 
 from __future__ import annotations

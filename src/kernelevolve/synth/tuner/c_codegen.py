@@ -32,6 +32,10 @@ strict_fp32's tolerance. Inputs of other dtypes are not generated here.
 Deliberately not here: `gemm`. A naive C matmul does not beat eager's MKL/oneDNN GEMM on the CPU, so
 `generate` raises NotImplementedError for it (as for float16/bfloat16 graphs); the tuner then seeds
 from user candidates only.
+
+Why one module (over 450 lines): it is one template family, and its three sections (planning the
+loops, the C kernel, the candidate file around it), in that order, share the private `_Plan`; none
+is used without the others.
 """
 
 from __future__ import annotations

@@ -1,0 +1,160 @@
+"""What the offline tuner configures: its bases, the sources a draft starts from, each with its
+declared tunables.
+
+`bases_for` gathers them in the order the driver drafts them:
+- the platform's templates for the spec's reference, the default first (`templates_for`): the
+  reference is recognized once (`trace.recognize`), and the platform's generator (`GENERATORS`:
+  `c_codegen` on the CPU; `triton_codegen` and each of its `variants` on CUDA and ROCm; imported
+  lazily) writes each template. Cached per spec fingerprint: tracing takes a second, and several
+  tuners may serve one run;
+- the knowledge base's code samples that compute the same reference in the platform's kernel kind
+  (`knowledge/samples.py`): hand-written kernels with declared tunables, what the tuner has to work
+  with where no template covers the reference (gathers, jagged ops, several GEMMs);
+- the extra seeds (user candidates given to `kernelevolve tune`).
+A base whose source declares `TUNABLES`/`CONFIG` (`kernelevolve/tunables.py`) has its `CONFIG` line
+rewritten as the tuner writes it, so that a configuration has one spelling and one hash; one that
+declares none is offered once, as written. Where there is nothing, `bases_for` says why.
+
+Deliberately not here: which base a task gets, and how a configuration changes (`driver.py`,
+`moves.py`); the templates' code (the generator modules). A generator's failure costs its template,
+never the run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kernelevolve import tunables as tn
+from kernelevolve.errors import KernelevolveError
+from kernelevolve.spec import Spec
+from kernelevolve.synth.tuner.ir import Generated
+from kernelevolve.synth.tuner.moves import Config, Space
+
+
+@dataclass
+class Base:
+    """A tunable source the tuner can configure: a generated template, a sample or a user's seed."""
+
+    label: str
+    source: str
+    space: Space | None  # None: the source declares no tunables and is offered once, as written
+    config: Config
+    kind: str = "seed"  # "template" | "sample" | "seed"
+
+
+# Platform -> (kernel kind, code generator module). A generator module has `generate(graph,
+# config=None, precision=...)` and optionally `variants(graph)` (template names, the default first,
+# passed back as `template=`). Imported on first use: the Triton one needs triton.
+GENERATORS: dict[str, tuple[str, str]] = {
+    "cpu": ("c", "kernelevolve.synth.tuner.c_codegen"),
+    "cuda": ("triton", "kernelevolve.synth.tuner.triton_codegen"),
+    "rocm": ("triton", "kernelevolve.synth.tuner.triton_codegen"),
+}
+
+
+_TEMPLATES: dict[tuple[str, ...], tuple[list[Generated], str]] = {}
+_TEMPLATES_LOCK = threading.Lock()
+
+
+def templates_for(spec: Spec, platform: str, kinds: Sequence[str] = ()) -> tuple[list[Generated], str]:
+    """The platform's templates for the spec's reference, default first, and why there are none
+    (the reference is not recognized, no generator covers it). Cached per spec fingerprint: tracing
+    takes a second, and several tuners may serve one run."""
+    key = (str(spec.path), spec.fingerprint, spec.precision, platform, *kinds)
+    with _TEMPLATES_LOCK:
+        if key not in _TEMPLATES:
+            _TEMPLATES[key] = _generate_templates(spec, platform, kinds)
+        return _TEMPLATES[key]
+
+
+def _generate_templates(spec: Spec, platform: str, kinds: Sequence[str]) -> tuple[list[Generated], str]:
+    from kernelevolve.synth.tuner.trace import recognize
+
+    entry = GENERATORS.get(platform)
+    if entry is None:
+        return [], f"no template generator for platform {platform!r}"
+    kind, module_name = entry
+    if kinds and kind not in kinds:
+        return [], f"the {platform} templates are {kind} kernels, which this platform does not run"
+    graph, why = recognize(spec)
+    if graph is None:
+        return [], f"the reference is not templated: {why}"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        return [], f"the {kind} template generator is not available ({exc})"
+    names: list[str | None] = list(module.variants(graph)) if hasattr(module, "variants") else [None]
+    out: list[Generated] = []
+    failures = []
+    for name in names or [None]:
+        extra = {"template": name} if name is not None else {}
+        try:
+            out.append(module.generate(graph, config=None, precision=spec.precision, **extra))
+        except (NotImplementedError, ValueError, KernelevolveError) as exc:
+            failures.append(f"no {kind} template for this {graph.pattern} graph: {exc}")
+        except Exception as exc:  # a generator's bug costs its template, not the run
+            failures.append(
+                f"the {kind} generator failed on this {graph.pattern} graph: {type(exc).__name__}: {exc}"
+            )
+    return out, "" if out else "; ".join(failures)
+
+
+def bases_for(
+    spec: Spec,
+    platform: str,
+    kinds: Sequence[str] = (),
+    extra_seeds: Sequence[tuple[str, str]] = (),
+    templates: bool = True,
+) -> tuple[list[Base], str]:
+    """The bases in drafting order (templates, samples, extra seeds) and why there is no template
+    (empty where a sample stands in for one; a seed whose declaration is malformed adds its error).
+    `templates=False` takes the extra seeds alone (`kernelevolve tune`: the user's kernel, not the
+    tuner's own)."""
+    generated, why = templates_for(spec, platform, kinds) if templates else ([], "")
+    bases = [Base(t.template, t.source, dict(t.tunables), dict(t.config), "template") for t in generated]
+    if templates:
+        samples = _sample_bases(spec, platform, kinds)
+        if samples:
+            why = ""
+        bases += samples
+    for label, source in extra_seeds:
+        try:
+            bases.append(_as_base(label, source, "seed"))
+        except tn.TunablesError as exc:
+            why += f"; seed {label}: {exc}"
+            bases.append(Base(label, source, None, {}))
+    return bases, why
+
+
+def _sample_bases(spec: Spec, platform: str, kinds: Sequence[str]) -> list[Base]:
+    """The knowledge base's code samples that compute this spec's reference, in this platform's
+    kernel kind (`knowledge/samples.py`). A sample whose declaration is malformed is offered as
+    written."""
+    from kernelevolve.knowledge.samples import applicable_samples
+
+    entry = GENERATORS.get(platform)
+    if entry is None or (kinds and entry[0] not in kinds):
+        return []
+    out = []
+    for sample in applicable_samples(spec, entry[0]):
+        try:
+            out.append(_as_base(sample.doc_id, sample.source, "sample"))
+        except tn.TunablesError:
+            out.append(Base(sample.doc_id, sample.source, None, {}, "sample"))
+    return out
+
+
+def _as_base(label: str, source: str, kind: str) -> Base:
+    """`source` as a base: with CONFIG as the tuner writes it, so that a configuration has one
+    spelling; as written where it declares no tunables. Raises TunablesError on a malformed
+    declaration."""
+    found = tn.read(source)
+    if found is None:
+        return Base(label, source, None, {}, kind)
+    return Base(label, tn.write(source, found[1]), found[0], found[1], kind)
+
+
+__all__ = ["GENERATORS", "Base", "bases_for", "templates_for"]
