@@ -21,8 +21,8 @@ import torch
 from kernelevolve.errors import SpecError
 from kernelevolve.evaluate import memory
 from kernelevolve.evaluate.correctness import Sampled, compare, tolerance_for
-from kernelevolve.evaluate.evaluation import _changed_at, _Digests, _keepsake
 from kernelevolve.evaluate.inputs import digest
+from kernelevolve.evaluate.trials import _changed_at, _Digests, _keepsake
 from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
 from tests.conftest import cpu_settings, worker_processes
@@ -196,13 +196,13 @@ def test_a_sampled_reference_still_fails_wrong_and_lower_precision_answers() -> 
 def test_a_digest_sees_a_permutation_and_large_values_keep_digests_not_copies(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from kernelevolve.evaluate import evaluation
+    from kernelevolve.evaluate import trials
 
     x = torch.randn(1000, 64)
     flipped = x.flip(0)  # same values, other places: sum and absolute sum unchanged
     assert digest([x])[0][2:4] == pytest.approx(digest([flipped])[0][2:4])
     assert digest([x]) != digest([flipped])
-    monkeypatch.setattr(evaluation, "LARGE_OUTPUT_BYTES", 1024)
+    monkeypatch.setattr(trials, "LARGE_OUTPUT_BYTES", 1024)
     keepsake = _keepsake([x, 3], torch)
     assert isinstance(keepsake, _Digests)  # no copy of a large input
     assert _changed_at([x, 3], keepsake, torch) == []

@@ -476,3 +476,20 @@ def test_ast_parsing_is_one_thread_at_a_time(monkeypatch: pytest.MonkeyPatch) ->
     for t in threads:
         t.join()
     assert peak == 1
+
+
+def test_the_workers_typed_settings_read_what_the_engine_sends() -> None:
+    """`WorkerSettings` is built from `Settings.to_dict()` (the `prepare` message): every field it
+    has is a setting of that name (a renamed setting fails here, not inside a worker), and the values
+    come through with their types."""
+    import dataclasses
+
+    from kernelevolve.config import Settings
+    from kernelevolve.evaluate.messages import WorkerSettings
+
+    sent = Settings(timing_budget_s=0.7, min_trials=11, baselines=["eager"]).to_dict()
+    typed = WorkerSettings.from_dict(sent)
+    assert {f.name for f in dataclasses.fields(WorkerSettings)} <= set(sent)
+    assert typed.timing_budget_s == 0.7 and typed.min_trials == 11 and typed.baselines == ("eager",)
+    with pytest.raises(KeyError):  # a setting the engine did not send fails where the message is read
+        WorkerSettings.from_dict({k: v for k, v in sent.items() if k != "max_trials"})

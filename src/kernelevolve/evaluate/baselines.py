@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from kernelevolve.evaluate.inputs import PROBE_SEED, conform, copy_into, make_inputs
+from kernelevolve.evaluate.messages import BaselinesMsg
 from kernelevolve.evaluate.prepared import Prepared, ShapeState, forward_backward, trainable_inputs
 from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.timing import Callee, TimingPlan, time_shape
@@ -39,7 +40,7 @@ def baseline_callees(state: Prepared, st: ShapeState) -> list[Callee]:
     return [first] + [callee(name, model, state, st, first.buffers) for name, model in models[1:]]
 
 
-def time_baselines(state: Prepared, msg: dict[str, Any], chan: Channel) -> list[dict[str, Any]]:
+def time_baselines(state: Prepared, msg: BaselinesMsg, chan: Channel) -> list[dict[str, Any]]:
     """Eager and torch.compile times per shape, interleaved, for `kernelevolve baseline`."""
     import torch
 

@@ -26,6 +26,10 @@ else, so no worker can reach the server's socket.
 
 What it does not do: share anything mutable between workers. A child is a copy of the server's
 memory as it was after the imports; what a worker or its candidate changes dies with it.
+
+Why one module (over 450 lines): the engine's side (`ForkServer`, `server_for`) and the server's
+own loop (`serve`, `_child`) speak one private protocol of a few messages and descriptors; kept
+together, a change to one side is seen against the other.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ torch.compile's workspace, torch itself on the CPU):
 - preparing: the inputs, the reference's outputs, and two trials' reference outputs kept whole (the
   other trials keep a sample of a large output: `worker._kept`);
 - checking a candidate: its inputs, its outputs, those two reference outputs (digests stand in for
-  copies of large inputs and outputs: `evaluation._keepsake`);
+  copies of large inputs and outputs: `trials._keepsake`);
 - timing: the baselines' buffers (shared by eager and torch.compile) and the candidate's, a round's
   fresh inputs, and one output at a time (a baseline's large outputs are poisoned in place after its
   call, not kept: `timing._poison_large`); the reference outputs are gone by then.

@@ -9,6 +9,10 @@ first runs, correctness and timing phases one at a time per device.
 `evaluate_one` returns a `Verdict` for anything a candidate does. It raises only for what is not the
 candidate's fault and would fail every candidate: a bad spec (`SpecError`) or a harness that cannot
 start (`HarnessError`).
+
+Why one module (over 450 lines): the pool's rules on a verdict (retries in fresh workers, the
+memory share raised once, a lost fitness baseline, spares kept ahead) all act on the same
+worker handles under one lock; the worker process itself is `handle.py`'s.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 between the worker process (`worker.py`, which fills it before any candidate exists) and what runs in
 it (`evaluation.py` for a candidate, `baselines.py` for the baselines alone).
 
-- `Prepared`: the platform, device and settings, the spec and its module, per shape the reference,
-  the torch.compile baseline, the reference's outputs for every correctness trial (`ShapeState`,
-  `CaseState`), the launch counter and the timer.
+- `Prepared`: the platform, device and settings (`messages.WorkerSettings`), the spec and its
+  module, per shape the reference, the torch.compile baseline, the reference's outputs for every
+  correctness trial (`ShapeState`, `CaseState`), the launch counter and the timer.
 - `forward_backward`, `trainable_inputs`: one call of a model the way every phase calls it (forward,
   and for training specs the gradients, in a fixed order).
 - `memory_mark`, `memory_peak`, `peak_memory`: the peak of memory a piece of work needed (the device
@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kernelevolve.evaluate.messages import WorkerSettings
 
 
 @dataclass
@@ -42,7 +44,7 @@ class ShapeState:
 class Prepared:
     platform: Any
     device: Any
-    settings: dict[str, Any]
+    settings: WorkerSettings
     notes: list[str]
     info: dict[str, Any]
     spec: Any = None

@@ -3,7 +3,8 @@
 The worker's stdout and stderr go to a log file, never to these pipes, so nothing a candidate prints
 can be read as a message. Messages, parent -> worker: `prepare`, then one of `evaluate`, `baselines`,
 `profile`, `stop`. Worker -> parent: `ready` or `prep_error`, then `phase` notices (each starts the
-timeout of that phase), then `result` or `error`.
+timeout of that phase), then `result` or `error`. The engine sends and reads plain dicts; the worker
+reads the messages it receives as typed values (`messages.py`).
 """
 
 from __future__ import annotations

@@ -35,6 +35,10 @@ How it fits together:
 
 The static guards run inside the actor's pool, like everything else about a verdict. Phase events
 (compile, correctness, timing) stay on the node; the engine sees `start`, `retry` and `done`.
+
+Why one module (over 450 lines): the actor (`EvalActor`, on the cluster) and the evaluator that
+talks to it (`RayEvaluator`, in the engine) share one request format and the placement rules; it is
+imported only with the `ray` extra.
 """
 
 from __future__ import annotations

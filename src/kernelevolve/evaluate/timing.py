@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kernelevolve.evaluate.messages import WorkerSettings
 from kernelevolve.evaluate.verdict import TimeStats, Violation
 
 Outputs = list[Any]
@@ -170,23 +171,23 @@ class TimingPlan:
     @classmethod
     def from_settings(
         cls,
-        settings: dict[str, Any],
+        settings: WorkerSettings,
         allow_graphs: bool,
         checked: bool = True,
         warmup_s: float = 0.0,
         precision: float = 0.0,
     ) -> TimingPlan:
         """`warmup_s`, `precision`: the platform's, where the settings leave them unset."""
-        given = settings.get("timing_precision")
+        given = settings.timing_precision
         return cls(
-            budget_s=float(settings["timing_budget_s"]),
-            min_trials=int(settings["min_trials"]),
-            max_trials=int(settings["max_trials"]),
-            warmup=int(settings["warmup_trials"]),
-            graph_threshold_s=float(settings["graph_threshold_us"]) * 1e-6,
-            checked_fraction=float(settings["checked_fraction"]) if checked else 0.0,
+            budget_s=settings.timing_budget_s,
+            min_trials=settings.min_trials,
+            max_trials=settings.max_trials,
+            warmup=settings.warmup_trials,
+            graph_threshold_s=settings.graph_threshold_us * 1e-6,
+            checked_fraction=settings.checked_fraction if checked else 0.0,
             allow_graphs=allow_graphs,
-            warmup_s=float(warmup_s if settings.get("warmup_s") is None else settings["warmup_s"]),
+            warmup_s=float(warmup_s if settings.warmup_s is None else settings.warmup_s),
             precision=float(precision if given is None else given),
         )
 

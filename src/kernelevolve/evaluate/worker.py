@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.errors import SpecError
+from kernelevolve.evaluate.messages import BaselinesMsg, EvaluateMsg, PrepareMsg, ProfileMsg, job_from_dict
 from kernelevolve.evaluate.prepared import (
     CaseState,
     Prepared,
@@ -51,27 +52,25 @@ from kernelevolve.evaluate.protocol import Channel
 from kernelevolve.evaluate.timing import LARGE_OUTPUT_BYTES
 
 
-def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
+def prepare(msg: PrepareMsg, notes: list[str]) -> Prepared:
     import torch
 
     from kernelevolve.evaluate.runtime import LaunchCounter
     from kernelevolve.platforms import get_platform
 
     t0 = time.perf_counter()
-    settings = msg["settings"]
-    platform = get_platform(msg["platform"])
-    device = torch.device(platform.device_string(int(msg.get("device_index", 0))))
-    precision = msg.get("precision", "strict_fp32")
-    platform.setup(device, precision)
-    if device.type == "cuda" and msg.get("gpu_memory_fraction"):
-        torch.cuda.set_per_process_memory_fraction(float(msg["gpu_memory_fraction"]), device)
+    platform = get_platform(msg.platform)
+    device = torch.device(platform.device_string(msg.device_index))
+    platform.setup(device, msg.precision)
+    if device.type == "cuda" and msg.gpu_memory_fraction:
+        torch.cuda.set_per_process_memory_fraction(float(msg.gpu_memory_fraction), device)
     versions = platform.versions()
     import kernelevolve
 
     state = Prepared(
         platform=platform,
         device=device,
-        settings=settings,
+        settings=msg.settings,
         notes=list(notes),
         info={
             "device": platform.device_name(device),
@@ -79,18 +78,18 @@ def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
             "versions": versions,
             "kernelevolve": kernelevolve.__version__,
         },
-        lease_key=msg["lease_key"],
+        lease_key=msg.lease_key,
     )
-    state.info["gpu_memory_fraction"] = msg.get("gpu_memory_fraction")
+    state.info["gpu_memory_fraction"] = msg.gpu_memory_fraction
     launches = LaunchCounter()
     launches.install()
     state.launches = launches
     steps = state.steps
     steps["device"] = time.perf_counter() - t0
-    if msg.get("spec_path"):
+    if msg.spec_path:
         t = time.perf_counter()
         start = memory_mark(state, torch)
-        _prepare_spec(state, Path(msg["spec_path"]), torch)
+        _prepare_spec(state, Path(msg.spec_path), torch)
         state.info["prepare_peak_bytes"] = memory_peak(state, torch, start)
         inner = steps.get("compile_baseline", 0.0) + steps.get("reference_outputs", 0.0)
         steps["spec"] = time.perf_counter() - t - inner  # loading it, models and probe inputs
@@ -98,7 +97,7 @@ def prepare(msg: dict[str, Any], notes: list[str]) -> Prepared:
     state.timer = platform.make_timer(device)
     steps["timer"] = time.perf_counter() - t
     state.info["prepare_s"] = time.perf_counter() - t0
-    if msg.get("report_modules"):  # for the engine's bytecode (bytecode.py): no candidate has run here
+    if msg.report_modules:  # for the engine's bytecode (bytecode.py): no candidate has run here
         from kernelevolve.evaluate.bytecode import module_files
 
         state.info["module_files"] = module_files()
@@ -120,8 +119,8 @@ def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
     module = import_spec_module(path)
     state.spec, state.module = spec, module
     check_footprint(spec, _available(state, torch), str(state.device))
-    cases = correctness_cases(spec, int(state.settings.get("seeds", 3)))
-    want_compile = "compile" in state.settings.get("baselines", ["eager", "compile"])
+    cases = correctness_cases(spec, state.settings.seeds)
+    want_compile = "compile" in state.settings.baselines
     probes = {}
     for shape in spec.shapes:
         ref = make_model(spec, module, module.Model, shape, state.device)
@@ -351,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     if msg is None or msg.get("op") != "prepare":
         os._exit(2)
     try:
-        state = prepare(msg, notes)
+        state = prepare(PrepareMsg.from_dict(msg), notes)
     except SpecError as exc:
         chan.send("prep_error", kind="spec", message=str(exc))
         os._exit(0)
@@ -376,17 +375,18 @@ def main(argv: list[str] | None = None) -> None:
     if msg is None or msg.get("op") == "stop":
         os._exit(0)
     try:
-        if msg["op"] == "evaluate":
+        job = job_from_dict(msg)
+        if isinstance(job, EvaluateMsg):
             from kernelevolve.evaluate.evaluation import evaluate
 
-            _memory_share(state, msg.get("gpu_memory_fraction"))
+            _memory_share(state, job.gpu_memory_fraction)
 
-            chan.send("result", verdict=evaluate(state, msg, chan).to_dict())
-        elif msg["op"] == "baselines":
+            chan.send("result", verdict=evaluate(state, job, chan).to_dict())
+        elif isinstance(job, BaselinesMsg):
             from kernelevolve.evaluate.baselines import time_baselines
 
-            chan.send("result", baselines=time_baselines(state, msg, chan), errors=state.baseline_errors)
-        elif msg["op"] == "profile":
+            chan.send("result", baselines=time_baselines(state, job, chan), errors=state.baseline_errors)
+        elif isinstance(job, ProfileMsg):
             chan.send("result", profile=state.platform.measure_profile(state.device).to_dict())
         else:
             chan.send("error", message=f"unknown op {msg['op']!r}")

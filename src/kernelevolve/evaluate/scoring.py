@@ -1,0 +1,114 @@
+"""The verdict of one candidate's evaluation: how it starts, how a failure sets it, and its score.
+
+- `start_verdict`: the verdict before any phase ran: what is evaluated, where, and how it will be
+  measured (`Method`: versions, baselines, seeds, distributions, the worker's notes).
+- `fail`: a failed evaluation's verdict (not correct, not timed, fitness 0).
+- `score`: after timing (each shape's speedups are set there, `ShapeResult.speedups`), the overall
+  speedups and the fitness against the selected baseline, the roofline per shape against the
+  measured hardware profile, and the suspicious checks: a candidate faster than the datasheet's
+  roofline allows, or faster than `suspicious_speedup` times a baseline, is flagged, its status
+  `suspicious` and its fitness 0: never silently accepted.
+
+Deliberately not here: measuring anything (`timing.py`, `trials.py`), and the weighting of shapes
+and the choice of the best baseline (`verdict.py`, which the store and reports share).
+"""
+
+from __future__ import annotations
+
+from kernelevolve.evaluate.inputs import DISTRIBUTIONS
+from kernelevolve.evaluate.messages import Ceilings
+from kernelevolve.evaluate.prepared import Prepared
+from kernelevolve.evaluate.verdict import Method, Status, Verdict, Violation
+from kernelevolve.roofline import flop_class, roofline
+
+
+def start_verdict(state: Prepared, kind: str) -> Verdict:
+    """The verdict of a `kind` candidate at `state`'s spec, before any phase ran."""
+    spec, settings = state.spec, state.settings
+    v = state.info["versions"]
+    return Verdict(
+        status=Status.OK,
+        spec=spec.name,
+        spec_fingerprint=spec.fingerprint,
+        candidate_kind=kind,
+        platform=state.platform.name,
+        method=Method(
+            platform=state.info["target"],
+            device=state.info["device"],
+            driver=v.get("driver"),
+            torch=v.get("torch"),
+            triton=v.get("triton"),
+            python=v.get("python"),
+            kernelevolve=state.info.get("kernelevolve"),
+            baselines=[b for b in settings.baselines if b not in state.baseline_errors],
+            baseline_errors=dict(state.baseline_errors),
+            fitness_baseline=settings.fitness_baseline,
+            precision_policy=spec.precision,
+            seeds=settings.seeds,
+            distributions=list(DISTRIBUTIONS),
+            notes=list(state.notes),
+        ),
+    )
+
+
+def fail(verdict: Verdict, status: Status, message: str, violations: list[Violation]) -> None:
+    verdict.status, verdict.message = status, message
+    verdict.violations.extend(violations)
+    verdict.correct = False
+    verdict.timed = False
+    verdict.fitness = 0.0
+
+
+def score(v: Verdict, state: Prepared, profile: Ceilings | None) -> None:
+    """Score a timed verdict: fitness, the roofline (where `profile` is known), flags, the message."""
+    settings = state.settings
+    v.timed = True
+    # A torch.compile that failed here leaves eager as the best baseline (or, asked for by name, as
+    # the fitness baseline), and the message says why; the pool decides whether that is the spec's
+    # failure (every worker) or this worker's (a retry).
+    wanted = settings.fitness_baseline
+    fallback_reason = state.baseline_errors.get("compile" if wanted == "best" else wanted)
+    against = v.score("eager" if fallback_reason and wanted == "compile" else wanted)
+    flags = _roofline(v, state, profile) if profile else []
+    limit = settings.suspicious_speedup
+    for s in v.shapes:
+        for label, value in (("eager", s.speedup_vs_eager), ("compile", s.speedup_vs_compile)):
+            if value is not None and value > limit:
+                flags.append(f"shape {s.name}: {value:.1f}x faster than {label} (above {limit:g}x)")
+    v.flags = flags
+    if flags:
+        v.status = Status.SUSPICIOUS
+        v.fitness = 0.0
+        v.message = "correct, but the speedup is implausible and needs review: " + "; ".join(flags)
+    else:
+        v.message = f"correct; {v.fitness:.2f}x vs {against}" + (
+            f" (spread {v.spread:.1%})" if v.spread is not None else ""
+        )
+    if fallback_reason:
+        v.message += f" (fitness vs eager: {fallback_reason})"
+
+
+def _roofline(v: Verdict, state: Prepared, profile: Ceilings) -> list[str]:
+    """Each shape's roofline time, bound and fraction, and the verdict's weighted fraction, against
+    the measured ceilings; returns the flags of shapes faster than the datasheet's roofline allows."""
+    spec = state.spec
+    cls = flop_class(spec.dtype, spec.precision)
+    flags: list[str] = []
+    fractions = []
+    for s in v.shapes:
+        t_roof, bound = roofline(s.bytes or 0, s.flops or 0, profile.bandwidth, profile.flops.get(cls))
+        s.roofline_s, s.bound = t_roof, bound
+        if s.candidate:
+            s.roofline_fraction = t_roof / s.candidate.median_s
+            fractions.append((s.weight, t_roof, s.candidate.median_s))
+        sheet_bw = profile.datasheet_bandwidth
+        if sheet_bw and s.candidate:
+            t_sheet, _ = roofline(s.bytes or 0, s.flops or 0, sheet_bw, profile.datasheet_flops.get(cls))
+            if s.candidate.median_s * state.settings.roofline_margin < t_sheet:
+                flags.append(
+                    f"shape {s.name}: {s.candidate.median_s * 1e6:.1f} us is faster than the datasheet roofline "
+                    f"allows ({t_sheet * 1e6:.1f} us for {s.bytes} bytes, {s.flops} FLOPs)"
+                )
+    if fractions:
+        v.roofline_fraction = sum(w * t for w, t, _ in fractions) / sum(w * c for w, _, c in fractions)
+    return flags
