@@ -224,7 +224,7 @@ def _final(shapes: list[tuple[str, float, float, float, float]]) -> Any:
 
 
 def test_dispatch_uses_a_kernel_only_where_it_beats_eager_beyond_the_noise() -> None:
-    from kernelevolve.search.engine import dispatch_table
+    from kernelevolve.search.tools import dispatch_table
 
     finals = {
         7: _final([("fast", 10.0, 30.0, 12.0, 0.01), ("noisy", 10.0, 10.4, 10.0, 0.05)]),

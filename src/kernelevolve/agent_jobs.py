@@ -93,7 +93,7 @@ def submit(
 ) -> dict[str, Any]:
     """Evaluate `source` as node `node_id`'s candidate; the verdict, as data and as text."""
     from kernelevolve.optimize import build_engine, run_dir
-    from kernelevolve.search.engine import describe_verdict
+    from kernelevolve.search.tools import describe_verdict
 
     with Workspace.open(workspace) as ws:
         engine = build_engine(ws, run_id)

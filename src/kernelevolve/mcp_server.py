@@ -84,7 +84,7 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
         """A node's kernel source, verdict summary and note."""
 
         def go() -> dict[str, Any]:
-            from kernelevolve.search.engine import describe_verdict
+            from kernelevolve.search.tools import describe_verdict
             from kernelevolve.store import Workspace
 
             with Workspace.open(workspace) as ws:

@@ -25,7 +25,8 @@ from kernelevolve.evaluate.executors import executor_slots
 from kernelevolve.jobs import _record_spec, hardware_profile, sized_for, trusted_cache
 from kernelevolve.knowledge.patterns import aten_ops, classify
 from kernelevolve.platforms import Platform, get_platform, select
-from kernelevolve.search.engine import Engine, EngineContext
+from kernelevolve.search.context import EngineContext
+from kernelevolve.search.engine import Engine
 from kernelevolve.search.limits import Limits
 from kernelevolve.search.policies import SearchConfig
 from kernelevolve.spec import Spec, load_spec

@@ -1,21 +1,23 @@
-"""The search loop: select, synthesize, evaluate, record; until a limit; then re-measure and report.
+"""The search loop: select, synthesize, evaluate, record; until a limit; then the finish step.
 
 One `Engine` drives one run. Each expansion is one thread's work:
 
     select (policy, under the engine's lock) -> create the node in the store (state `created`)
     -> gather its context (memory mode) -> the synthesizer proposes (state `proposed`, or `failed`)
     -> the evaluator pool's verdict (state `evaluated`) -> the best is updated under the noise rule
+    -> what the run learns from it (the node's analysis, a candidate skill, a profile of a new best)
 
 Up to `parallel` expansions are in flight, so model calls overlap evaluations. Every state change is
 one store transaction, so a run killed at any point resumes with nothing lost and nothing paid twice:
 `created` nodes are synthesized again under the same id (a model call that was in flight when the
 process died is not recorded, and is the only cost that can be lost), `proposed` nodes are evaluated
-from their stored source. A lock file keeps two processes from driving one run.
+from their stored source. A lock file keeps two processes from driving one run. Before every decision
+the tree is rebuilt from the store (`tree.py`): concurrent expansions write between any two of them.
 
-At the end, the winners are re-measured in fresh workers (the number reported is never the lucky one
-found during the search): the best node overall, and per shape the node fastest at that shape. The
-export dispatches each shape to its re-measured winner where it beats eager beyond the noise,
-and to the reference everywhere else.
+The engine owns the run's lifetime: its status, the evaluator pool (`attached`), the limits, the model
+endpoint's outages, interrupts. What a node is given is `tasks.py` (its parents, memory mode and
+task); what happens once the loop stops is `finish.py` (the winners re-measured, skills verified, the
+dispatch, the export and the report).
 
 Deliberately not here: how candidates are written (`kernelevolve.synth`), how they are judged
 (`kernelevolve.evaluate`), how the report looks (`kernelevolve.report`).
@@ -23,59 +25,37 @@ Deliberately not here: how candidates are written (`kernelevolve.synth`), how th
 
 from __future__ import annotations
 
-import dataclasses
-import random
 import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from kernelevolve.config import Settings
-from kernelevolve.errors import KernelevolveError, WorkspaceError
+from kernelevolve.errors import WorkspaceError
 from kernelevolve.evaluate.executors import Evaluator, Request, open_evaluator
 from kernelevolve.evaluate.guards import check_source
-from kernelevolve.evaluate.verdict import Verdict, best_baseline_label
+from kernelevolve.evaluate.verdict import Verdict
 from kernelevolve.knowledge.index import KnowledgeBase
-from kernelevolve.platforms import Platform
-from kernelevolve.profile.diagnosis import diagnose, reference_analysis
+from kernelevolve.profile.diagnosis import diagnose
 from kernelevolve.search import learning
+from kernelevolve.search.context import EngineContext, Event
+from kernelevolve.search.finish import FinishStep
 from kernelevolve.search.limits import Limits, stop_reason
-from kernelevolve.search.memory import choose_mode, history
-from kernelevolve.search.policies import SELECT, SearchConfig
+from kernelevolve.search.policies import SearchConfig
 from kernelevolve.search.profiling import NewBestProfiler
-from kernelevolve.search.tools import EngineTools, RunLock, describe_verdict, dispatch_table, snippet
+from kernelevolve.search.tasks import TaskBuilder
+from kernelevolve.search.tools import EngineTools, RunLock
 from kernelevolve.search.tree import Tree
-from kernelevolve.spec import Spec
-from kernelevolve.store import Workspace, storage_failed
+from kernelevolve.store import storage_failed
 from kernelevolve.synth.base import Proposal, Synthesizer, Task
 
-Event = Callable[[str, dict[str, Any]], None]
 # Statuses of nodes that cost no candidate: the synthesizer declined, or the model endpoint was down.
 FREE = ("exhausted", "unavailable")
 OUTAGE_WAIT_S = (5.0, 15.0, 30.0, 60.0)  # pauses after consecutive unavailable nodes, the last repeated
-MAX_REMEASURE = 4  # distinct winners re-measured at the end
-KNOWLEDGE_DOCS = 4  # documents retrieved into each task
-
-
-@dataclass
-class EngineContext:
-    """What an engine needs besides the run's stored record."""
-
-    ws: Workspace
-    spec: Spec
-    platform: Platform
-    settings: Settings
-    profile: dict[str, Any]
-    trusted_cache: Path | None
-    out_dir: Path
-    shapes: list[str] | None = None  # evaluate only these spec shapes (tuning one shape)
 
 
 def _spent(tree: Tree) -> int:
@@ -100,7 +80,7 @@ class Engine:
         self.synth = synthesizer
         self.search = search
         self.limits = limits
-        self.meter = meter  # providers.base.Meter or None: its cap also stops the run
+        self.meter = meter  # providers.meter.Meter or None: its cap also stops the run
         self.emit = on_event or (lambda event, data: None)
         self._lock = threading.Lock()
         self._stop = threading.Event()  # a limit was reached: start nothing new, finish what runs
@@ -123,6 +103,7 @@ class Engine:
         self.profiler = NewBestProfiler(
             ctx, run_id, parallel, limits.budget, lambda: _spent(self.tree()), self.emit
         )
+        self.tasks = TaskBuilder(ctx, run_id, search, limits.budget, self.target, self.pattern, self.kb)
 
     def _tool_kb(self) -> KnowledgeBase | None:
         """The knowledge base a synthesizer's `search_knowledge` tool reaches (none with knowledge off)."""
@@ -255,14 +236,7 @@ class Engine:
 
     def new_node(self) -> int:
         with self._lock:
-            tree = self.tree()
-            rng = random.Random(f"{self.search.seed}:{self.run_id}:{len(tree)}")
-            if len(tree) < self.search.draft:
-                parents: list[int] = []
-            else:
-                parents = SELECT[self.search.policy](tree, rng, self.search)
-            node_id = len(tree) + 1  # the id the store will allocate: the mode's schedule uses it
-            mode = choose_mode(tree, parents, node_id, self.search)
+            parents, mode = self.tasks.plan(self.tree())
             parent = parents[0] if parents else None
             parent2 = parents[1] if len(parents) > 1 else None
             node_id = self.ws.create_node(self.run_id, parent, parent2, mode)
@@ -270,41 +244,7 @@ class Engine:
         return node_id
 
     def task(self, node_id: int) -> Task:
-        tree = self.tree()
-        node = tree[node_id]
-        parents = [p for p in (node.parent, node.parent2) if p is not None]
-        best = tree.best(self.search.min_gain)
-        settings = self.ctx.settings
-        views = [tree[p].view() for p in parents]
-        hist = [n.view() for n in history(tree, parents, node.mode)]
-        if not settings.diagnosis:  # the ablation's "diagnosis off": the search sees times only
-            for v in views + hist:
-                v.diagnosis = None
-        task = Task(
-            run_id=self.run_id,
-            node_id=node_id,
-            spec=self.spec,
-            platform=self.ctx.platform.name,
-            platform_target=self.target,
-            kinds=tuple(sorted(self.ctx.platform.kinds)),
-            mode=node.mode,
-            parents=views,
-            history=hist,
-            tried=tree.tried(),
-            best_fitness=best.fitness if best else 0.0,
-            seed=random.Random(f"{self.search.seed}:{self.run_id}:{node_id}").randrange(2**31),
-            hardware={k: v for k, v in self.ctx.profile.items() if isinstance(v, int | float | str)},
-            phase=learning.phase(tree, parents, self.limits.budget),
-            pattern=self.pattern,
-            lessons=learning.lessons(tree),
-            reference=reference_analysis(tree) if settings.diagnosis else None,
-        )
-        if settings.knowledge:
-            hits = self.kb.retrieve(
-                learning.signals(task, self.target, settings.diagnosis), limit=KNOWLEDGE_DOCS
-            )
-            task.knowledge = [snippet(h) for h in hits]
-        return task
+        return self.tasks.task(self.tree(), node_id)
 
     def _expand(self, node_id: int) -> None:
         if self._abort.is_set():
@@ -429,44 +369,15 @@ class Engine:
     # -- the end ------------------------------------------------------------------------------------
 
     def finish(self, reason: str) -> dict[str, Any]:
-        """Re-measure the winners; write the best kernel, the export and the report (inside `attached`)."""
+        """The finish step (`finish.py`): re-measure the winners; write the best kernel, the export
+        and the report; returns the summary (inside `attached`)."""
         assert self.pool is not None
-        tree = self.tree()
-        best = tree.best(self.search.min_gain)
-        baseline = self.ctx.settings.fitness_baseline
-        finals: dict[int, Verdict] = {}
-        winners = self._shape_winners(tree, best)
-        to_measure = ([best.id] if best else []) + [
-            n for n in dict.fromkeys(winners.values()) if not best or n != best.id
-        ]
-        for node_id in to_measure[:MAX_REMEASURE]:
-            self.emit("remeasure", {"node": node_id})
-            source = tree[node_id].source
-            assert source is not None
-            v = self._measure(source, f"node-{node_id}-final.py")
-            finals[node_id] = v
-            self.ws.record_evaluation(v.to_dict())
-        self.profiler.join()  # its diagnosis belongs in the report
-        out = self.ctx.out_dir
-        out.mkdir(parents=True, exist_ok=True)
-        best_path = None
-        if best is not None and best.source is not None:
-            best_path = out / "best.py"
-            best_path.write_text(best.source)
-        dispatch = dispatch_table(self.ctx.shapes or self.spec.names, winners, finals, self.search.min_gain)
-        final = finals.get(best.id) if best else None
-        verified = self._verify_skills(tree)
-        summary = self._summary(tree, best, final, reason, best_path, dispatch, baseline)
-        summary["warm_start"] = [{"node": n.id, "note": n.note, "fitness": n.fitness}
-                                 for n in tree.nodes.values() if n.mode == "warm"]  # fmt: skip
-        summary["skills"] = {"candidates": sum(1 for s in self.ws.skills() if any(p["run"] == self.run_id for p in s["provenance"])),
-                             "verified": [s["id"] for s in verified]}  # fmt: skip
-        summary["export"] = self._export(tree, dispatch)
-        self.ws.update_run(self.run_id, status="done", summary=summary, wall_s=self.wall_s(),
-                           best_node=best.id if best else None)  # fmt: skip
-        summary["report"] = self._report(summary)
-        self.ws.update_run(self.run_id, summary=summary)
-        return summary
+        step = FinishStep(
+            self.ctx, self.run_id, self.search, self.limits, self.synth.name, self.emit,
+            measure=self._measure, wall_s=self.wall_s, join_profiles=self.profiler.join,
+            index_docs=self.kb.index_docs,
+        )  # fmt: skip
+        return step.run(self.tree(), reason)
 
     def _measure(self, source: str, label: str) -> Verdict:
         """One evaluation of the finish step, given up at once when the run is interrupted (Ctrl-C,
@@ -494,139 +405,5 @@ class Engine:
         if abort is not None:
             abort()
 
-    def _verify_skills(self, tree: Tree) -> list[dict[str, Any]]:
-        if not self.ctx.settings.skills or self.ctx.settings.skills_verify <= 0 or self.pool is None:
-            return []
 
-        def evaluate(source: str, label: str) -> dict[str, Any]:
-            self.emit("verify_skill", {"label": label})
-            return self._measure(source, label).to_dict()
-
-        try:
-            return learning.verify_skills(self.ws, self.run_id, tree, evaluate, self.ctx.settings.skills_verify,
-                                          self.search.min_gain, self.kb.index_docs)  # fmt: skip
-        except Exception as exc:  # derived data: never costs the run its result
-            self.emit(
-                "learn_failed", {"node": None, "error": f"verifying skills: {type(exc).__name__}: {exc}"}
-            )
-            return []
-
-    def _shape_winners(self, tree: Tree, best: Any) -> dict[str, int]:
-        """Per shape, the node the export considers there: the run's best, unless another ok node is
-        faster at that shape beyond the noise (by its speedup over the best baseline, as fitness
-        ranks). One choice, so that a one-shape spec's export, summary and best node agree."""
-        winners: dict[str, tuple[float, float, int]] = {}  # shape -> (speedup, spread, node)
-        nodes = [best] if best is not None else []
-        nodes += [n for n in tree.ok() if best is None or n.id != best.id]
-        for n in nodes:
-            for s in (n.verdict or {}).get("shapes", []):
-                sp = s.get("speedup_vs_best") or s.get("speedup_vs_eager")
-                if sp is None:
-                    continue
-                spread = float(s.get("speedup_spread") or 0.0)
-                held = winners.get(s["name"])
-                noise = max(spread, held[1] if held else 0.0, self.search.min_gain)
-                if held is None or sp > held[0] * (1 + noise):
-                    winners[s["name"]] = (sp, spread, n.id)
-        return {name: node for name, (_, _, node) in winners.items()}
-
-    def _summary(
-        self, tree: Tree, best: Any, final: Verdict | None, reason: str, best_path: Path | None,
-        dispatch: dict[str, dict[str, Any]], baseline: str,
-    ) -> dict[str, Any]:  # fmt: skip
-        run = self.ws.run(self.run_id)
-        evaluated = tree.evaluated()
-        measured = final if final is not None and final.ok else None
-        # Per shape, what the export runs there and the re-measurement it was chosen on: the dispatch's
-        # kernel (or the reference, where no kernel beat eager beyond the noise) with its figures.
-        shapes = []
-        for name, entry in dispatch.items():
-            if entry.get("candidate_node") is None:
-                continue
-            shapes.append({
-                "shape": name, "node": entry.get("node"), "candidate_node": entry["candidate_node"],
-                **{k: entry.get(k) for k in ("weight", "correct", "time_us", "eager_us", "compile_us",
-                                             "best_baseline", "speedup_vs_best", "speedup_vs_eager",
-                                             "speedup_vs_compile", "roofline_fraction", "bound")},
-                "dispatch": "kernel" if entry.get("node") else "reference",
-            })  # fmt: skip
-        shown = measured or final
-        method = shown.method if shown is not None else None
-        return {
-            "run_id": self.run_id,
-            "status": "done",
-            "stop_reason": reason,
-            "spec": self.spec.name,
-            "spec_path": str(self.spec.path),
-            "platform": self.ctx.platform.name,
-            "device": method.device if method else self.ctx.profile.get("device"),
-            "synthesizer": self.synth.name,
-            "policy": self.search.policy,
-            "baseline": baseline,
-            "nodes": len(tree),
-            "nodes_evaluated": len(evaluated),
-            "nodes_ok": len(tree.ok()),
-            "nodes_failed": sum(
-                1 for n in tree.nodes.values() if n.state == "failed" or (n.state == "evaluated" and not n.ok)
-            ),
-            "best_node": best.id if best else None,
-            "best_fitness": measured.fitness if measured else None,
-            "best_speedup_vs_eager": measured.speedup_vs_eager if measured else None,
-            "best_speedup_vs_compile": measured.speedup_vs_compile if measured else None,
-            "best_speedup_vs_best": measured.speedup_vs_best if measured else None,
-            "best_baseline": best_baseline_label(s.best_baseline for s in measured.shapes)
-            if measured
-            else None,
-            "best_search_fitness": best.fitness if best else None,
-            "final_status": str(final.status) if final is not None else None,
-            "final_message": final.message if final is not None and not final.ok else None,
-            "best_candidate": str(best_path) if best_path else None,
-            "shapes": shapes,
-            "dispatch": dispatch,
-            "flags": list(measured.flags) if measured else [],
-            "method": asdict(method) if method else None,
-            "final": final.to_dict() if final is not None else None,
-            "tokens_in": run["tokens_in"],
-            "tokens_out": run["tokens_out"],
-            "cost_usd": run["cost_usd"],
-            "gpu_s": round(sum(n.eval_s for n in evaluated), 2),
-            "wall_s": round(self.wall_s(), 2),
-            "limits": dataclasses.asdict(self.limits),
-            "out_dir": str(self.ctx.out_dir),
-        }
-
-    def _export(self, tree: Tree, dispatch: dict[str, dict[str, Any]]) -> str | None:
-        variants = {}
-        speedups = {}
-        for shape, entry in dispatch.items():
-            node_id = entry.get("node")
-            if node_id is not None and tree[node_id].source:
-                variants[shape] = (str(tree[node_id].source), f"node-{node_id}")
-                speedups[shape] = entry.get("speedup_vs_eager") or 0.0
-        from kernelevolve.export import export_dispatch
-
-        device_type = "cuda" if self.ctx.platform.name in ("cuda", "rocm") else "cpu"
-        try:
-            path = export_dispatch(
-                self.spec, variants, self.ctx.out_dir, speedups=speedups, device_type=device_type
-            )
-        except KernelevolveError as exc:  # e.g. two shapes the inputs cannot tell apart
-            self.emit("export_failed", {"error": exc.message})
-            return None
-        return str(path)
-
-    def _report(self, summary: dict[str, Any]) -> dict[str, str] | None:
-        from kernelevolve.report import write_report
-
-        run = self.ws.run(self.run_id)
-        report_run = {
-            **run, "spec_name": self.spec.name, "spec_path": str(self.spec.path),
-            "device": summary.get("device") or "", "method": summary.get("method") or {},
-            "final": summary.get("final"), "baseline": summary["baseline"],
-            "best_node": summary.get("best_node"),
-        }  # fmt: skip
-        paths = write_report(report_run, self.ws.nodes(self.run_id), self.ctx.out_dir)
-        return {k: str(v) for k, v in paths.items()}
-
-
-__all__ = ["Engine", "EngineContext", "EngineTools", "RunLock", "describe_verdict", "dispatch_table"]
+__all__ = ["Engine"]

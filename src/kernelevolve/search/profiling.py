@@ -25,22 +25,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from kernelevolve.profile.diagnosis import diagnose
 from kernelevolve.profile.run import profile_candidate
+from kernelevolve.search.context import EngineContext, Event
 from kernelevolve.search.tree import Node
 
 
 class NewBestProfiler:
     def __init__(
         self,
-        ctx: Any,  # the engine's EngineContext: spec, platform, settings, workspace
+        ctx: EngineContext,
         run_id: str,
         parallel: int,
         budget: int,
         spent: Callable[[], int],
-        emit: Callable[[str, dict[str, Any]], None],
+        emit: Event,
     ):
         self.ctx, self.run_id = ctx, run_id
         self.parallel, self.budget, self.spent = parallel, budget, spent

@@ -1,0 +1,240 @@
+"""The end of a run: re-measure the winners, verify skills, choose the dispatch, export, report.
+
+Taken once the loop has stopped (or by `kernelevolve agent finish`), with the evaluator pool still
+attached, in this order:
+
+1. The winners: the best node overall, and per shape the node fastest there beyond the noise
+   (`shape_winners`). Up to `MAX_REMEASURE` distinct winners are measured again in fresh workers and
+   each measurement is stored as an evaluation: the number reported is never the lucky one found
+   during the search.
+2. The profile in flight is waited for: its diagnosis belongs in the report.
+3. `best.py` (the best node's source) and the dispatch (`tools.dispatch_table`): per shape, the
+   re-measured winner where it beats eager beyond the noise, else the reference.
+4. The run's candidate skills: the largest are re-measured, and those whose gain reproduces are
+   indexed (`learning.verify_skills`). Derived data: a failure is an event, never the run's end.
+5. The summary, stored with the run (status `done`); the export module (a failure to export, e.g.
+   two shapes the inputs cannot tell apart, is an event and no export); the report, whose paths are
+   stored with the summary last.
+
+An interrupt during any of its measurements ends the step at once (the engine's `measure` aborts
+the pool): the run is not marked done, and `resume` finishes it again.
+
+Deliberately not here: how an evaluation is made or given up (`engine.py`), the export module's code
+(`kernelevolve.export`), the report's look (`kernelevolve.report`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelevolve.errors import KernelevolveError
+from kernelevolve.evaluate.verdict import Verdict, best_baseline_label
+from kernelevolve.search import learning
+from kernelevolve.search.context import EngineContext, Event
+from kernelevolve.search.limits import Limits
+from kernelevolve.search.policies import SearchConfig
+from kernelevolve.search.tools import dispatch_table
+from kernelevolve.search.tree import Tree
+
+MAX_REMEASURE = 4  # distinct winners re-measured at the end
+
+
+@dataclass
+class FinishStep:
+    """One run's finish step, with what it takes from the engine that drove the run."""
+
+    ctx: EngineContext
+    run_id: str
+    search: SearchConfig
+    limits: Limits
+    synthesizer: str  # its name, for the summary
+    emit: Event
+    # One evaluation in a fresh worker (source, label); KeyboardInterrupt, nothing stored, on an interrupt
+    measure: Callable[[str, str], Verdict]
+    wall_s: Callable[[], float]  # the run's wall time so far, over all its sessions
+    join_profiles: Callable[[], None]  # wait for the profile in flight
+    index_docs: Callable[[list[Any]], None]  # the knowledge base's, for skills that became verified
+
+    def run(self, tree: Tree, reason: str) -> dict[str, Any]:
+        """Re-measure the winners; write the best kernel, the export and the report; the summary."""
+        ws, ctx = self.ctx.ws, self.ctx
+        best = tree.best(self.search.min_gain)
+        baseline = ctx.settings.fitness_baseline
+        finals: dict[int, Verdict] = {}
+        winners = shape_winners(tree, best, self.search.min_gain)
+        to_measure = ([best.id] if best else []) + [
+            n for n in dict.fromkeys(winners.values()) if not best or n != best.id
+        ]
+        for node_id in to_measure[:MAX_REMEASURE]:
+            self.emit("remeasure", {"node": node_id})
+            source = tree[node_id].source
+            assert source is not None
+            v = self.measure(source, f"node-{node_id}-final.py")
+            finals[node_id] = v
+            ws.record_evaluation(v.to_dict())
+        self.join_profiles()  # its diagnosis belongs in the report
+        out = ctx.out_dir
+        out.mkdir(parents=True, exist_ok=True)
+        best_path = None
+        if best is not None and best.source is not None:
+            best_path = out / "best.py"
+            best_path.write_text(best.source)
+        dispatch = dispatch_table(ctx.shapes or ctx.spec.names, winners, finals, self.search.min_gain)
+        final = finals.get(best.id) if best else None
+        verified = self._verify_skills(tree)
+        summary = self._summary(tree, best, final, reason, best_path, dispatch, baseline)
+        summary["warm_start"] = [{"node": n.id, "note": n.note, "fitness": n.fitness}
+                                 for n in tree.nodes.values() if n.mode == "warm"]  # fmt: skip
+        summary["skills"] = {"candidates": sum(1 for s in ws.skills() if any(p["run"] == self.run_id for p in s["provenance"])),
+                             "verified": [s["id"] for s in verified]}  # fmt: skip
+        summary["export"] = self._export(tree, dispatch)
+        ws.update_run(self.run_id, status="done", summary=summary, wall_s=self.wall_s(),
+                      best_node=best.id if best else None)  # fmt: skip
+        summary["report"] = self._report(summary)
+        ws.update_run(self.run_id, summary=summary)
+        return summary
+
+    def _verify_skills(self, tree: Tree) -> list[dict[str, Any]]:
+        settings = self.ctx.settings
+        if not settings.skills or settings.skills_verify <= 0:
+            return []
+
+        def evaluate(source: str, label: str) -> dict[str, Any]:
+            self.emit("verify_skill", {"label": label})
+            return self.measure(source, label).to_dict()
+
+        try:
+            return learning.verify_skills(self.ctx.ws, self.run_id, tree, evaluate, settings.skills_verify,
+                                          self.search.min_gain, self.index_docs)  # fmt: skip
+        except Exception as exc:  # derived data: never costs the run its result
+            self.emit(
+                "learn_failed", {"node": None, "error": f"verifying skills: {type(exc).__name__}: {exc}"}
+            )
+            return []
+
+    def _summary(
+        self, tree: Tree, best: Any, final: Verdict | None, reason: str, best_path: Path | None,
+        dispatch: dict[str, dict[str, Any]], baseline: str,
+    ) -> dict[str, Any]:  # fmt: skip
+        ctx = self.ctx
+        run = ctx.ws.run(self.run_id)
+        evaluated = tree.evaluated()
+        measured = final if final is not None and final.ok else None
+        # Per shape, what the export runs there and the re-measurement it was chosen on: the dispatch's
+        # kernel (or the reference, where no kernel beat eager beyond the noise) with its figures.
+        shapes = []
+        for name, entry in dispatch.items():
+            if entry.get("candidate_node") is None:
+                continue
+            shapes.append({
+                "shape": name, "node": entry.get("node"), "candidate_node": entry["candidate_node"],
+                **{k: entry.get(k) for k in ("weight", "correct", "time_us", "eager_us", "compile_us",
+                                             "best_baseline", "speedup_vs_best", "speedup_vs_eager",
+                                             "speedup_vs_compile", "roofline_fraction", "bound")},
+                "dispatch": "kernel" if entry.get("node") else "reference",
+            })  # fmt: skip
+        shown = measured or final
+        method = shown.method if shown is not None else None
+        return {
+            "run_id": self.run_id,
+            "status": "done",
+            "stop_reason": reason,
+            "spec": ctx.spec.name,
+            "spec_path": str(ctx.spec.path),
+            "platform": ctx.platform.name,
+            "device": method.device if method else ctx.profile.get("device"),
+            "synthesizer": self.synthesizer,
+            "policy": self.search.policy,
+            "baseline": baseline,
+            "nodes": len(tree),
+            "nodes_evaluated": len(evaluated),
+            "nodes_ok": len(tree.ok()),
+            "nodes_failed": sum(
+                1 for n in tree.nodes.values() if n.state == "failed" or (n.state == "evaluated" and not n.ok)
+            ),
+            "best_node": best.id if best else None,
+            "best_fitness": measured.fitness if measured else None,
+            "best_speedup_vs_eager": measured.speedup_vs_eager if measured else None,
+            "best_speedup_vs_compile": measured.speedup_vs_compile if measured else None,
+            "best_speedup_vs_best": measured.speedup_vs_best if measured else None,
+            "best_baseline": best_baseline_label(s.best_baseline for s in measured.shapes)
+            if measured
+            else None,
+            "best_search_fitness": best.fitness if best else None,
+            "final_status": str(final.status) if final is not None else None,
+            "final_message": final.message if final is not None and not final.ok else None,
+            "best_candidate": str(best_path) if best_path else None,
+            "shapes": shapes,
+            "dispatch": dispatch,
+            "flags": list(measured.flags) if measured else [],
+            "method": asdict(method) if method else None,
+            "final": final.to_dict() if final is not None else None,
+            "tokens_in": run["tokens_in"],
+            "tokens_out": run["tokens_out"],
+            "cost_usd": run["cost_usd"],
+            "gpu_s": round(sum(n.eval_s for n in evaluated), 2),
+            "wall_s": round(self.wall_s(), 2),
+            "limits": dataclasses.asdict(self.limits),
+            "out_dir": str(ctx.out_dir),
+        }
+
+    def _export(self, tree: Tree, dispatch: dict[str, dict[str, Any]]) -> str | None:
+        variants = {}
+        speedups = {}
+        for shape, entry in dispatch.items():
+            node_id = entry.get("node")
+            if node_id is not None and tree[node_id].source:
+                variants[shape] = (str(tree[node_id].source), f"node-{node_id}")
+                speedups[shape] = entry.get("speedup_vs_eager") or 0.0
+        from kernelevolve.export import export_dispatch
+
+        device_type = "cuda" if self.ctx.platform.name in ("cuda", "rocm") else "cpu"
+        try:
+            path = export_dispatch(
+                self.ctx.spec, variants, self.ctx.out_dir, speedups=speedups, device_type=device_type
+            )
+        except KernelevolveError as exc:  # e.g. two shapes the inputs cannot tell apart
+            self.emit("export_failed", {"error": exc.message})
+            return None
+        return str(path)
+
+    def _report(self, summary: dict[str, Any]) -> dict[str, str] | None:
+        from kernelevolve.report import write_report
+
+        ws, spec = self.ctx.ws, self.ctx.spec
+        run = ws.run(self.run_id)
+        report_run = {
+            **run, "spec_name": spec.name, "spec_path": str(spec.path),
+            "device": summary.get("device") or "", "method": summary.get("method") or {},
+            "final": summary.get("final"), "baseline": summary["baseline"],
+            "best_node": summary.get("best_node"),
+        }  # fmt: skip
+        paths = write_report(report_run, ws.nodes(self.run_id), self.ctx.out_dir)
+        return {k: str(v) for k, v in paths.items()}
+
+
+def shape_winners(tree: Tree, best: Any, min_gain: float) -> dict[str, int]:
+    """Per shape, the node the export considers there: the run's best, unless another ok node is
+    faster at that shape beyond the noise (by its speedup over the best baseline, as fitness
+    ranks). One choice, so that a one-shape spec's export, summary and best node agree."""
+    winners: dict[str, tuple[float, float, int]] = {}  # shape -> (speedup, spread, node)
+    nodes = [best] if best is not None else []
+    nodes += [n for n in tree.ok() if best is None or n.id != best.id]
+    for n in nodes:
+        for s in (n.verdict or {}).get("shapes", []):
+            sp = s.get("speedup_vs_best") or s.get("speedup_vs_eager")
+            if sp is None:
+                continue
+            spread = float(s.get("speedup_spread") or 0.0)
+            held = winners.get(s["name"])
+            noise = max(spread, held[1] if held else 0.0, min_gain)
+            if held is None or sp > held[0] * (1 + noise):
+                winners[s["name"]] = (sp, spread, n.id)
+    return {name: node for name, (_, _, node) in winners.items()}
+
+
+__all__ = ["MAX_REMEASURE", "FinishStep", "shape_winners"]
