@@ -180,3 +180,19 @@ def test_the_length_check_sees_a_long_module(tmp_path: Path) -> None:
     (tmp_path / "said.py").write_text('"""A module.\n\nWhy one module: a table.\n"""\n' + body)
     found = _long_without_reason({"k.plain": tmp_path / "plain.py", "k.said": tmp_path / "said.py"})
     assert found == [f"k.plain ({LONG + 2} lines)"]
+
+
+def test_the_design_doc_names_every_module() -> None:
+    """docs/design.md's layout is the map a newcomer starts from: every module appears in it by name
+    (the knowledge base's code samples, data rather than modules, aside)."""
+    import re
+
+    doc = (SRC.parent / "docs" / "design.md").read_text()
+    missing = [
+        name
+        for name, path in _modules().items()
+        if path.stem != "__init__"
+        and ".knowledge.docs." not in name
+        and not re.search(rf"\b{re.escape(path.stem)}\b", doc)
+    ]
+    assert missing == []
