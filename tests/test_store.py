@@ -220,6 +220,38 @@ def test_evaluations_round_trip_and_order(ws: Workspace) -> None:
     assert ws.evaluation(10_000) is None
 
 
+def test_a_stored_verdict_is_found_again_only_under_its_key_and_a_reusable_status(ws: Workspace) -> None:
+    h = ws.record_candidate(SOURCE, "c.py", None)
+    method = {"device": "NVIDIA H100", "key": "k1"}
+    ok = ws.record_evaluation(verdict(candidate_hash=h, method=method, fitness=1.1))
+    ws.record_evaluation(verdict(candidate_hash=h, method={**method, "key": "k2"}, fitness=2.0))
+    ws.record_evaluation(verdict(candidate_hash=h, method=method, status="timeout", correct=False))
+    found = ws.reusable_evaluation(h, SPEC_FP, "k1", {"ok", "incorrect"})
+    assert found is not None and found[0] == ok and found[1]["fitness"] == 1.1  # not the newer timeout
+    assert ws.reusable_evaluation(h, SPEC_FP, "k3", {"ok", "incorrect"}) is None  # another key
+    assert ws.reusable_evaluation(h, SPEC_FP, "", {"ok"}) is None  # a verdict recorded with no key
+    assert ws.reusable_evaluation(h, "e" * 16, "k1", {"ok"}) is None  # another spec
+    assert ws.reusable_evaluation(h, SPEC_FP, "k1", {"incorrect"}) is None  # a status not asked for
+
+
+def test_reuse_keys_differ_where_a_verdict_would() -> None:
+    """`reuse_key` changes with a setting the worker reads, the device's software, the shapes; not with
+    one it does not read (the number of workers)."""
+    from dataclasses import replace
+
+    from kernelevolve.config import Settings
+    from kernelevolve.evaluate.reuse import reuse_key
+
+    base = Settings()
+    device = {"device": "NVIDIA H100", "driver": "580", "torch": "2.11.0", "triton": "3.6.0"}
+    key = reuse_key(base.to_dict(), device, None)
+    assert key == reuse_key(replace(base, workers=7).to_dict(), device, None)
+    assert key != reuse_key(replace(base, timing_budget_s=2.0).to_dict(), device, None)
+    assert key != reuse_key(replace(base, fitness_baseline="eager").to_dict(), device, None)
+    assert key != reuse_key(base.to_dict(), {**device, "torch": "2.12.0"}, None)
+    assert key != reuse_key(base.to_dict(), device, ["small"])
+
+
 def test_evaluation_of_unrecorded_candidate_is_refused(ws: Workspace) -> None:
     with pytest.raises(WorkspaceError, match="record_candidate"):
         ws.record_evaluation(verdict(candidate_hash="0" * 64))

@@ -68,6 +68,8 @@ def _search_progress(state: dict[str, Any] | None = None) -> Any:
                 if v.ok
                 else escape(v.message[:200])
             )
+            if v.method.reused_from is not None:  # evaluate/reuse.py
+                what += f" (the verdict of evaluation {v.method.reused_from}, not evaluated again)"
             star = " [bold]new best[/]" if data.get("new_best") else ""
             best_txt = (
                 f"best node {best['node']}: {fmt_x(best.get('fitness'))}"

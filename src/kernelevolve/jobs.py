@@ -133,7 +133,8 @@ def evaluate(
             on_event("skip", str(f), f"its kernels do not run on {platform.name}")
         on_event("plan", platform.name, len(files))
     settings = sized_for(settings, platform, len(files))
-    settings, plan = memory.fit(spec, platform, settings, platform.device_memory(settings.device))
+    reading = memory.settled_memory(spec, platform, settings, lambda: platform.device_memory(settings.device))
+    settings, plan = memory.fit(spec, platform, settings, reading)
     if on_event and plan.note:
         on_event("note", "memory plan", plan.note)
     with Workspace.open(settings.workspace) as ws:

@@ -19,7 +19,9 @@ torch.compile's workspace, torch itself on the CPU):
   call, not kept: `timing._poison_large`); the reference outputs are gone by then.
 On a GPU the plan keeps workers + spares of a pool within 90% of the device's free memory (or within
 the part a bench granted the run, `device_share`: `bench.schedule`), lowering their number for a
-large spec, and refuses a spec that one worker cannot hold; on the CPU it refuses a spec that the
+large spec; a spec one worker cannot hold by the estimate but can by the floor (`FLOOR_FACTOR`: about
+3 T and the outputs again, what a timing round keeps) gets one worker with all of the usable memory, and
+only a spec above the floor is refused; on the CPU it refuses a spec that the
 worker's memory limit (`memory_limit_gb`) cannot hold. The refusal says how much was needed, how much there was, and what to change.
 
 Deliberately an estimate, not a measurement: what a worker really took is measured (the worker's
@@ -29,6 +31,8 @@ Deliberately an estimate, not a measurement: what a worker really took is measur
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,6 +43,10 @@ WORKER_FACTOR = {"cpu": 6, "cuda": 4, "rocm": 4}
 # output while the caching allocator keeps the last one's block (KernelBench level 1's
 # 7_Matmul_with_small_K, 4 GiB of output in T = 4.02 GiB, ran out at 4 T + 1.8 outputs on an H200).
 OUTPUT_FACTOR = {"cpu": 0, "cuda": 2, "rocm": 2}
+# A GPU worker's least at its peak, in T: the two sets of input buffers a timing round keeps (the
+# baselines' and the candidate's) and a round's fresh inputs, one output at a time (issue G's target
+# of about 3 T). Below the estimate: the numbers above were measured in benches of several specs.
+FLOOR_FACTOR = 3
 RUNTIME_BYTES = {"cpu": 3 * 2**29, "cuda": 2 * 2**30, "rocm": 2 * 2**30}  # a worker's own, before the spec
 GIB = 2**30
 
@@ -68,6 +76,20 @@ def worker_need(spec: Any, platform: str) -> tuple[int, int]:
         if held > peak or (held == peak and size > tensors):
             tensors, peak = size, held
     return tensors, peak + RUNTIME_BYTES.get(platform, RUNTIME_BYTES["cuda"])
+
+
+def worker_floor(spec: Any, platform: str) -> int:
+    """The least a worker could do with at the most demanding shape (`FLOOR_FACTOR` x T, the outputs
+    again and its runtime): a GPU spec whose estimate does not fit but whose floor does is tried with
+    one worker and all of the device's usable memory; one whose floor does not fit is refused."""
+    outputs = getattr(spec, "output_bytes", None)
+    floor = 0
+    for shape in spec.shapes:
+        size = spec.footprint_bytes(shape.name)
+        if size is not None:
+            extra = OUTPUT_FACTOR.get(platform, 2) * ((outputs and outputs(shape.name)) or 0)
+            floor = max(floor, FLOOR_FACTOR * size + extra)
+    return floor + RUNTIME_BYTES.get(platform, RUNTIME_BYTES["cuda"])
 
 
 def breakdown(spec: Any, platform: str) -> str:
@@ -121,6 +143,13 @@ def plan(spec: Any, platform: Any, settings: Any, memory: tuple[int, int] | None
     # the bench's scheduler keeps clear of the other runs' parts (`bench.schedule`).
     usable = int(0.9 * (min(free, total) if share <= 1 else total / share))
     fits = usable // need
+    floor = worker_floor(spec, platform.name)
+    if fits < 1 and floor <= usable:  # the estimate is not a measurement: one worker, all of it, tried
+        return MemoryPlan(tensors, need, usable, 1, 0, (
+            f"memory plan: 1 worker and no spare with all {usable / GIB:.1f} GiB usable: {shape_word}, a "
+            f"worker may need about {need / GIB:.1f} GiB (the estimate) and at least {floor / GIB:.1f} GiB; "
+            "out of memory there is its verdict, with the numbers"
+        ))  # fmt: skip
     if fits < 1:
         where = (
             f"{usable / GIB:.1f} GiB of the device is this run's beside the other runs on it"
@@ -130,7 +159,8 @@ def plan(spec: Any, platform: Any, settings: Any, memory: tuple[int, int] | None
         )
         raise SpecError(
             f"{shape_word}; a worker needs about {need / GIB:.1f} GiB ({breakdown(spec, platform.name)}), "
-            f"and {where}",
+            f"and at least {floor / GIB:.1f} GiB ({FLOOR_FACTOR} x that, its outputs again x "
+            f"{OUTPUT_FACTOR.get(platform.name, 2)} and its own), and {where}",
             hint="use smaller shapes in KERNELEVOLVE['shapes']"
             + (", fewer specs per device (--per-device)" if share > 1 else "")
             + ", or a device with more memory",
@@ -153,7 +183,32 @@ def fit(spec: Any, platform: Any, settings: Any, memory: tuple[int, int] | None)
     return replace(settings, workers=p.workers, spares=p.spares), p
 
 
+SETTLE_S = 30.0  # how long a run alone on its device waits for memory that is being given back
+
+
+def settled_memory(
+    spec: Any, platform: Any, settings: Any, read: Callable[[], tuple[int, int] | None],
+    wait_s: float = SETTLE_S,
+) -> tuple[int, int] | None:  # fmt: skip
+    """The device's (free, total) for a plan, read again for up to `wait_s` while the spec's floor
+    does not fit in what is free but would in the device's total, for a run that has the device to
+    itself (`device_share` <= 1): the processes of the run before it (a bench's) may still be giving
+    their memory back, and a plan on that moment's reading would refuse the spec for nothing."""
+    reading = read()
+    if reading is None or platform.name not in ("cuda", "rocm") or settings.device_share > 1:
+        return reading
+    floor = worker_floor(spec, platform.name)
+    deadline = time.monotonic() + wait_s
+    while (
+        reading is not None and 0.9 * reading[0] < floor <= 0.9 * reading[1] and time.monotonic() < deadline
+    ):
+        time.sleep(1.0)
+        reading = read() or reading
+    return reading
+
+
 __all__ = [
+    "FLOOR_FACTOR",
     "OUTPUT_FACTOR",
     "RUNTIME_BYTES",
     "WORKER_FACTOR",
@@ -162,5 +217,7 @@ __all__ = [
     "factor",
     "fit",
     "plan",
+    "settled_memory",
+    "worker_floor",
     "worker_need",
 ]

@@ -137,6 +137,10 @@ class Method:
     # the worker's peak: allocated device memory on a GPU, resident memory on the CPU (the memory
     # plan's check: `evaluate/memory.py`)
     peak_memory_bytes: int | None = None
+    # what the verdict stands for besides the kernel and the spec (`reuse.reuse_key`), set by the engine
+    # that recorded it: a later evaluation under the same key may reuse it ("" where none was set)
+    key: str = ""
+    reused_from: int | None = None  # a reused verdict: the evaluation it is the verdict of
 
 
 @dataclass

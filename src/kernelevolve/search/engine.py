@@ -38,6 +38,7 @@ from typing import Any
 from kernelevolve.errors import WorkspaceError
 from kernelevolve.evaluate.executors import Evaluator, Request, open_evaluator
 from kernelevolve.evaluate.guards import check_source
+from kernelevolve.evaluate.reuse import REUSABLE, reuse_key
 from kernelevolve.evaluate.verdict import Verdict
 from kernelevolve.knowledge.index import KnowledgeBase
 from kernelevolve.profile.diagnosis import diagnose
@@ -51,6 +52,7 @@ from kernelevolve.search.tasks import TaskBuilder
 from kernelevolve.search.tools import EngineTools, RunLock
 from kernelevolve.search.tree import Tree
 from kernelevolve.store import storage_failed
+from kernelevolve.store.blobs import candidate_hash
 from kernelevolve.synth.base import Proposal, Synthesizer, Task
 
 # Statuses of nodes that cost no candidate: the synthesizer declined, or the model endpoint was down.
@@ -104,6 +106,11 @@ class Engine:
             ctx, run_id, parallel, limits.budget, lambda: _spent(self.tree()), self.emit
         )
         self.tasks = TaskBuilder(ctx, run_id, search, limits.budget, self.target, self.pattern, self.kb)
+        # What a verdict stands for here besides the kernel and the spec (`evaluate/reuse.py`): a stored
+        # verdict under the same key is reused instead of evaluating the same kernel again.
+        self.reuse_key = reuse_key(
+            ctx.settings.to_dict(), ctx.platform.identity(ctx.settings.device), ctx.shapes
+        )
 
     def _tool_kb(self) -> KnowledgeBase | None:
         """The knowledge base a synthesizer's `search_knowledge` tool reaches (none with knowledge off)."""
@@ -306,12 +313,18 @@ class Engine:
         node = self.tree()[node_id]
         assert node.source is not None and self.pool is not None
         start = time.perf_counter()
-        # EvaluationAborted (the run interrupted) passes through: nothing recorded, the node stays
-        # `proposed` and a resumed run evaluates it.
-        verdict = self.pool.evaluate_one(node.source, f"node-{node_id}.py", shapes=self.ctx.shapes)
+        reused = self._reusable(node.source)
+        if reused is not None:
+            evaluation_id, verdict = reused
+        else:
+            # EvaluationAborted (the run interrupted) passes through: nothing recorded, the node stays
+            # `proposed` and a resumed run evaluates it.
+            evaluation_id = None
+            verdict = self.pool.evaluate_one(node.source, f"node-{node_id}.py", shapes=self.ctx.shapes)
+            verdict.method.key = self.reuse_key
         eval_s = time.perf_counter() - start
         data = verdict.to_dict()
-        self.ws.finish_node(self.run_id, node_id, data, eval_s, diagnose(data))
+        self.ws.finish_node(self.run_id, node_id, data, eval_s, diagnose(data), reused=evaluation_id)
         with self._lock:
             best = self.tree().best(self.search.min_gain)
             improved = best is not None and best.id != self._best
@@ -325,6 +338,23 @@ class Engine:
         )
         self._learn(node_id, profile=improved and verdict.ok)
         return verdict
+
+    def _reusable(self, source: str) -> tuple[int, Verdict] | None:
+        """The stored verdict of this very kernel under this run's key (`evaluate/reuse.py`), marked as
+        reused, with the evaluation it came from; None where it must be evaluated."""
+        found = self.ws.reusable_evaluation(
+            candidate_hash(source), self.spec.fingerprint, self.reuse_key, {str(s) for s in REUSABLE}
+        )
+        if found is None:
+            return None
+        evaluation_id, data = found
+        verdict = Verdict.from_dict(data)
+        verdict.method.reused_from = evaluation_id
+        verdict.message = (
+            f"{verdict.message} (the verdict of evaluation {evaluation_id}: the same kernel, spec, device, "
+            "settings and method, not evaluated again)"
+        )
+        return evaluation_id, verdict
 
     def _learn(self, node_id: int, profile: bool) -> None:
         """Context memory, skills and profiling for a node just evaluated. Derived data: a failure

@@ -225,12 +225,14 @@ class RunsMixin:
         verdict: Mapping[str, Any],
         eval_s: float,
         diagnosis: Mapping[str, Any] | None = None,
+        reused: int | None = None,
     ) -> int:
         """Record the node's verdict (as `record_evaluation` does) and make the node `evaluated`, in one
         transaction: a write the disk refuses leaves neither, so a resumed run evaluates the node once
-        more instead of holding an evaluation no node points to. Returns the evaluation's id."""
+        more instead of holding an evaluation no node points to. Returns the evaluation's id. With
+        `reused`, the node points to that stored evaluation instead of a new one (`reusable_evaluation`)."""
         with self._write() as conn:
-            evaluation_id = self._insert_evaluation(conn, verdict)
+            evaluation_id = self._insert_evaluation(conn, verdict) if reused is None else reused
             cur = conn.execute(
                 "UPDATE nodes SET state = 'evaluated', evaluation_id = ?, status = ?, fitness = ?, "
                 "speedup_vs_eager = ?, speedup_vs_compile = ?, message = ?, diagnosis_json = ?, eval_s = ?, "

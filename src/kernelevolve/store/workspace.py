@@ -25,7 +25,7 @@ import json
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -205,6 +205,26 @@ class Workspace(RunsMixin, KnowledgeMixin, BenchesMixin):
         """
         with self._write() as conn:
             return self._insert_evaluation(conn, verdict)
+
+    def reusable_evaluation(
+        self, candidate_hash: str, spec_fingerprint: str, key: str, statuses: Iterable[str]
+    ) -> tuple[int, dict[str, Any]] | None:
+        """The newest stored evaluation of this candidate and spec whose verdict was recorded under
+        `key` (its `method.key`) with one of `statuses`, as (id, verdict); None where there is none.
+        What a key stands for, and which statuses may be reused, is the harness's (`evaluate.reuse`)."""
+        wanted = set(statuses)
+        rows = self._rows(
+            "SELECT id, status, verdict_json FROM evaluations WHERE candidate_hash = ? AND spec_fingerprint = ? "
+            "ORDER BY id DESC",
+            (candidate_hash, spec_fingerprint),
+        )
+        for row in rows:
+            if row["status"] not in wanted:
+                continue
+            verdict = json.loads(row["verdict_json"])
+            if key and (verdict.get("method") or {}).get("key") == key:
+                return int(row["id"]), verdict
+        return None
 
     def _insert_evaluation(self, conn: sqlite3.Connection, verdict: Mapping[str, Any]) -> int:
         """`record_evaluation` inside a transaction the caller holds."""
