@@ -275,8 +275,11 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
     task = agent.next_task(ws, run_id)
     assert task["node"] == 1 and task["mode"] == "draft" and not task["done"]
     assert Path(task["files"]["task"]).read_text().count("ModelNew") >= 1
+    # a draft sees the reference's numbers (measured for it: nothing of the run was timed yet)
+    assert "## The reference's own numbers" in task["prompt"] and "eager " in task["prompt"]
+    assert "roofline " in task["prompt"]
     assert agent.next_task(ws, run_id)["node"] == 1  # the same task until it is submitted
-    result = agent.submit(ws, run_id, 1, C_SOFTMAX)
+    result = agent.submit(ws, run_id, 1, C_SOFTMAX, note="one row per thread, exp in place")
     assert result["status"] == "ok" and result["best"]["node"] == 1
     with pytest.raises(WorkspaceError, match="already has its candidate"):
         agent.submit(ws, run_id, 1, C_SOFTMAX)
@@ -285,14 +288,25 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
 
     from kernelevolve.mcp_server import build_server
 
-    async def use_mcp() -> tuple[set[str], dict, str]:
+    again = tmp_path / "again.py"
+    again.write_text(C_SOFTMAX)
+
+    async def use_mcp() -> tuple[set[str], dict, str, dict, dict]:
         async with Client(build_server(ws)) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             nxt = await client.call_tool("next_task", {"run_id": run_id})
             lint = await client.call_tool("lint", {"run_id": run_id, "source": "import os\n"})
-            return names, json.loads(nxt.content[0].text), lint.content[0].text
+            neither = await client.call_tool("submit", {"run_id": run_id, "node": 2})
+            by_path = await client.call_tool(
+                "submit", {"run_id": run_id, "node": 2, "path": str(again), "note": "the same kernel again"}
+            )
+            return (names, json.loads(nxt.content[0].text), lint.content[0].text,
+                    json.loads(neither.content[0].text), json.loads(by_path.content[0].text))  # fmt: skip
 
-    names, nxt, lint = asyncio.run(use_mcp())
+    names, nxt, lint, neither, by_path = asyncio.run(use_mcp())
+    assert "source" in neither["error"] and "path" in neither["error"]
+    # a file path is a submission too; the same kernel, spec, device and settings: its verdict is reused
+    assert by_path["status"] == "ok" and "not evaluated again" in by_path["text"]
     assert {
         "start_run",
         "next_task",
@@ -303,6 +317,7 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
         "finish_run",
     } <= names
     assert nxt["node"] == 2 and nxt["parents"] == [1]  # the next node grows from the submitted one
+    assert "What it changed: one row per thread, exp in place" in nxt["prompt"]  # the agent's note
     assert "os" in lint and lint != "ok"
     summary = agent.finish(ws, run_id)
     assert summary["best_node"] == 1 and Path(summary["best_candidate"]).read_text() == C_SOFTMAX

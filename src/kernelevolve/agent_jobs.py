@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kernelevolve.errors import WorkspaceError
+from kernelevolve.errors import KernelevolveError, WorkspaceError
 from kernelevolve.evaluate.verdict import best_baseline_label
 from kernelevolve.store import Workspace
 from kernelevolve.synth.base import Task
@@ -58,6 +58,8 @@ def next_task(workspace: Path, run_id: str, new: bool = False) -> dict[str, Any]
                 }
             node_id = engine.new_node()
         task = engine.task(node_id)
+        if task.reference is None and engine.ctx.settings.diagnosis:  # nothing timed yet: a draft's task
+            task.reference = _baseline_reference(ws, engine)
         system, user = _prompt(task)
         folder = run_dir(ws, engine.run_id) / f"node-{node_id}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -89,9 +91,12 @@ def next_task(workspace: Path, run_id: str, new: bool = False) -> dict[str, Any]
 
 
 def submit(
-    workspace: Path, run_id: str, node_id: int, source: str, note: str = SUBMIT_NOTE
+    workspace: Path, run_id: str, node_id: int, source: str, note: str | None = None
 ) -> dict[str, Any]:
-    """Evaluate `source` as node `node_id`'s candidate; the verdict, as data and as text."""
+    """Evaluate `source` as node `node_id`'s candidate; the verdict, as data and as text. `note`: what
+    the candidate changed and why, in the agent's words: the node's change in later tasks and in the
+    report (without one, the node says only that an external agent submitted it)."""
+    note = note.strip() if note and note.strip() else SUBMIT_NOTE
     from kernelevolve.optimize import build_engine, run_dir
     from kernelevolve.search.tools import describe_verdict
 
@@ -139,6 +144,47 @@ def finish(workspace: Path, run_id: str) -> dict[str, Any]:
         engine = build_engine(ws, run_id)
         with engine.attached():
             return engine.finish(engine.stop_reason() or "finished by the agent")
+
+
+def _baseline_reference(ws: Workspace, engine: Any) -> dict[str, Any] | None:
+    """The reference's numbers for a task before any candidate of the run was timed (a draft's): the
+    baselines stored for this spec on this device and software, measured now where there are none (a
+    worker's start and the baselines' timing, once per spec and device), with each shape's roofline
+    from the device's hardware profile: the same figures a timed node's verdict gives later tasks
+    (`profile.diagnosis.reference_analysis`). None where they cannot be measured (the task says less)."""
+    from kernelevolve.jobs import baselines, device_key
+    from kernelevolve.roofline import flop_class, roofline
+
+    ctx = engine.ctx
+    spec, platform, settings = ctx.spec, ctx.platform, ctx.settings
+    key = device_key(platform.identity(settings.device), platform.name)
+    rows = [ws.get_baseline(spec.fingerprint, key, shape.name) for shape in spec.shapes]
+    if any(row is None for row in rows):
+        try:
+            _, measured, _, _ = baselines(spec.path, settings)
+        except KernelevolveError:
+            return None
+        found = {row["shape"]: row for row in measured}
+        rows = [found.get(shape.name) for shape in spec.shapes]
+    bandwidth = float(ctx.profile.get("bandwidth") or 0.0)
+    peak = (ctx.profile.get("flops") or {}).get(flop_class(spec.dtype, spec.precision))
+    out = []
+    for shape, row in zip(spec.shapes, rows, strict=True):
+        if not row:
+            continue
+        entry: dict[str, Any] = {"shape": shape.name, "bytes": row.get("bytes"), "flops": row.get("flops")}
+        t_roof = None
+        if bandwidth:
+            t_roof, entry["bound"] = roofline(row.get("bytes") or 0, row.get("flops") or 0, bandwidth, peak)
+            entry["roofline_us"] = round(t_roof * 1e6, 2)
+        for b in ("eager", "compile"):
+            if row.get(b):
+                median = row[b]["median_s"]
+                entry[f"{b}_us"] = round(median * 1e6, 2)
+                if t_roof:
+                    entry[f"{b}_roofline_fraction"] = round(t_roof / median, 3)
+        out.append(entry)
+    return {"shapes": out} if out else None
 
 
 def _require_agent(name: str, run_id: str) -> None:

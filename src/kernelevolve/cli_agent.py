@@ -40,6 +40,9 @@ def agent_start(
     spec: Annotated[Path, typer.Argument(help="The spec: a KernelBench-format .py file.")],
     budget: BudgetOpt = None,
     policy: PolicyOpt = "uct",
+    drafts: Annotated[
+        int, typer.Option(help="Independent first candidates (drafts) before each task grows from a parent.")
+    ] = 1,
     platform: PlatformOpt = None,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
@@ -59,7 +62,7 @@ def agent_start(
         settings = settings_for(workspace, platform=platform)
         limits = limits_from(budget, None, None, None, None, None)
         run_id = jobs.start(
-            spec, settings, SearchConfig(policy=policy).validate(), limits, SynthConfig("agent")
+            spec, settings, SearchConfig(policy=policy, draft=drafts).validate(), limits, SynthConfig("agent")
         )
     except KernelevolveError as exc:
         fail(exc)
@@ -107,6 +110,12 @@ def agent_submit(
     run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
     node: Annotated[int, typer.Argument(help="The node the task named.")],
     file: Annotated[Path, typer.Argument(help="The candidate file.")],
+    note: Annotated[
+        str | None,
+        typer.Option(
+            help="What this candidate changed and why: stored as the node's change, shown in later tasks."
+        ),
+    ] = None,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -114,14 +123,16 @@ def agent_submit(
 
     \b
     Example:
-      kernelevolve agent submit 3f2a9c1e 5 candidate.py
+      kernelevolve agent submit 3f2a9c1e 5 candidate.py --note "two rows per program: half the launches"
     """
     from kernelevolve import agent_jobs as agent
 
     try:
         if not file.is_file():
             raise KernelevolveError(f"{file}: no such file")
-        result = agent.submit(settings_for(workspace).workspace, run, node, file.read_text(errors="replace"))
+        result = agent.submit(
+            settings_for(workspace).workspace, run, node, file.read_text(errors="replace"), note=note
+        )
     except KernelevolveError as exc:
         fail(exc)
         return

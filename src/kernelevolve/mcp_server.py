@@ -2,11 +2,11 @@
 
 The tools are the functions of `kernelevolve.agent_jobs` plus what an agent needs around them:
 
-    start_run(spec, budget, platform, policy)   a new agent-driven run; its id
+    start_run(spec, budget, platform, policy, drafts)  a new agent-driven run; its id
     next_task(run_id, new)                      the selected node's task: prompt, files, how to submit
     read_node(run_id, node)                     a node's kernel, verdict and note
     lint(run_id, source)                        the static guards on a draft, without running it
-    submit(run_id, node, source)                the harness's verdict on a candidate for that node
+    submit(run_id, node, source | path, note)   the harness's verdict on a candidate for that node
     search_knowledge(query, platform)           knowledge snippets
     finish_run(run_id)                          re-measure, write the best kernel, export and report
     list_runs()                                 the workspace's runs
@@ -21,9 +21,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kernelevolve.errors import KernelevolveError
+from kernelevolve.errors import KernelevolveError, WorkspaceError
 
 INSTALL_HINT = 'the MCP server needs the `mcp` SDK: pip install "kernelevolve[mcp]"'
+
+
+def _read_candidate(path: Path) -> str:
+    if not path.is_file():
+        raise WorkspaceError(
+            f"{path}: no such candidate file", hint="give the path of a .py file, or its source"
+        )
+    return path.read_text(errors="replace")
 
 
 def build_server(workspace: Path, platform: str | None = None) -> Any:
@@ -53,9 +61,10 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
 
     @server.tool()
     async def start_run(
-        spec: str, budget: int = 20, platform_name: str | None = None, policy: str = "uct"
+        spec: str, budget: int = 20, platform_name: str | None = None, policy: str = "uct", drafts: int = 1
     ) -> dict[str, Any]:
-        """Start an agent-driven optimization run for a spec file; returns its run_id."""
+        """Start an agent-driven optimization run for a spec file; returns its run_id. `drafts`:
+        independent first candidates before each task grows from a parent's verdict."""
 
         def go() -> dict[str, Any]:
             from kernelevolve.config import load_settings
@@ -66,7 +75,11 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
 
             settings = load_settings(workspace, {"platform": platform_name or platform})
             run_id = start(
-                Path(spec), settings, SearchConfig(policy=policy), Limits(budget=budget), SynthConfig("agent")
+                Path(spec),
+                settings,
+                SearchConfig(policy=policy, draft=drafts).validate(),
+                Limits(budget=budget),
+                SynthConfig("agent"),
             )
             return {"run_id": run_id}
 
@@ -113,11 +126,18 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
         return result
 
     @server.tool()
-    async def submit(run_id: str, node: int, source: str) -> dict[str, Any]:
-        """Evaluate a candidate for a node in the isolated harness; the verdict (status, speedups, errors)."""
+    async def submit(
+        run_id: str, node: int, source: str | None = None, path: str | None = None, note: str | None = None
+    ) -> dict[str, Any]:
+        """Evaluate a candidate for a node in the isolated harness; the verdict (status, speedups, errors).
+        Give the candidate as `source`, or as `path` to a file (e.g. the task's candidate.py); `note`:
+        what it changed and why, shown as the node's change in later tasks."""
 
         def go() -> dict[str, Any]:
-            result = agent.submit(workspace, run_id, node, source)
+            if (source is None) == (path is None):
+                raise WorkspaceError("give the candidate as `source` or as `path`, one of them")
+            text = source if source is not None else _read_candidate(Path(str(path)))
+            result = agent.submit(workspace, run_id, node, text, note=note)
             result.pop("verdict", None)  # the text and headline numbers are what an agent reads
             return result
 
