@@ -465,6 +465,28 @@ def test_analysis_and_lessons_record_what_failed_and_why() -> None:
     assert [x.split(":")[0] for x in lessons] == ["node 3", "node 2"]
 
 
+def test_slower_than_its_parent_means_beyond_both_measurements_noise() -> None:
+    """Issue I: a node was labelled "0.74x its parent (slower: do not repeat)" from two noisy
+    measurements (one verdict's spread was 62%). Slower now means beyond both spreads; within them the
+    analysis says the drop is within the noise, and the lessons leave the node out."""
+
+    def noisy(n: Node, spread: float) -> Node:
+        assert n.verdict is not None
+        n.verdict["spread"] = spread
+        return n
+
+    parent = noisy(_node(1, TUNED, 1.0), 0.30)
+    child = noisy(_node(2, TUNED.replace('"BLOCK": 512', '"BLOCK": 1024'), 0.74, parent=1), 0.32)
+    assert parent.spread == 0.30 and not learning.slower_than_parent(child, parent)
+    child.analysis = learning.analyze(child, parent)
+    assert "0.74x its parent" in child.analysis and "do not repeat" not in child.analysis
+    assert "within the two measurements' noise, 62%" in child.analysis
+    assert learning.lessons(Tree([parent, child])) == []
+    steady = noisy(_node(3, TUNED, 0.74, parent=1), 0.01)
+    steady_parent = noisy(_node(1, TUNED, 1.0), 0.01)
+    assert learning.slower_than_parent(steady, steady_parent)
+
+
 def test_warm_seeds_prefer_the_same_spec_then_the_same_computation(tmp_path: Path) -> None:
     from kernelevolve.knowledge.share import export_bundle, import_bundle
 

@@ -50,7 +50,11 @@ def analyze(node: Node, parent: Node | None) -> str:
         measured += f", {node.speedup_vs_eager:.2f}x vs eager"
     if parent is not None and parent.ok and parent.fitness:
         ratio = node.fitness / parent.fitness
-        measured += f", {ratio:.2f}x its parent" + (" (slower: do not repeat)" if ratio < 0.97 else "")
+        measured += f", {ratio:.2f}x its parent"
+        if slower_than_parent(node, parent):
+            measured += " (slower: do not repeat)"
+        elif ratio < 1 - SLOWER:
+            measured += f" (within the two measurements' noise, {_noise(node, parent):.0%}: not shown slower)"
     parts.append(measured)
     if node.diagnosis:
         parts.append(f"why: {node.diagnosis.get('summary') or node.diagnosis.get('class')}")
@@ -64,8 +68,7 @@ def lessons(tree: Tree, limit: int = LESSONS) -> list[str]:
         if not n.analysis:
             continue
         parent = tree.nodes.get(n.parent) if n.parent is not None else None
-        slower = n.ok and parent is not None and parent.ok and n.fitness < parent.fitness * 0.97
-        if (n.state == "evaluated" and not n.ok) or slower:
+        if (n.state == "evaluated" and not n.ok) or slower_than_parent(n, parent):
             out.append(f"node {n.id}: {n.analysis}")
         if len(out) >= limit:
             break
@@ -94,6 +97,23 @@ def signals(task: Any, target: str, diagnosis: bool = True) -> Signals:
 
 
 # -- skills ---------------------------------------------------------------------------------------
+
+
+# The least drop in fitness called "slower than its parent", where the two measurements' spreads are
+# smaller: a node is slower only beyond both spreads (one verdict's spread was 62% on a noisy CPU).
+SLOWER = 0.03
+
+
+def _noise(node: Node, parent: Node) -> float:
+    return max(SLOWER, (parent.spread or 0.0) + (node.spread or 0.0))
+
+
+def slower_than_parent(node: Node, parent: Node | None) -> bool:
+    """Whether `node` is slower than `parent` beyond the noise of both measurements (what a lesson
+    says "do not repeat" of); a drop within their spreads is not shown to be one."""
+    if parent is None or not (node.ok and parent.ok) or not parent.fitness:
+        return False
+    return node.fitness * (1 + _noise(node, parent)) < parent.fitness
 
 
 def beats_parent(node: Node, parent: Node | None, min_gain: float) -> bool:
