@@ -293,7 +293,10 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
 
     async def use_mcp() -> tuple[set[str], dict, str, dict, dict]:
         async with Client(build_server(ws)) as client:
-            names = {t.name for t in (await client.list_tools()).tools}
+            tools = (await client.list_tools()).tools
+            names = {t.name for t in tools}
+            hints = {t.name: t.annotations.read_only_hint for t in tools if t.annotations}
+            assert hints["lint"] is True and hints["read_node"] is True and hints["submit"] is False
             nxt = await client.call_tool("next_task", {"run_id": run_id})
             lint = await client.call_tool("lint", {"run_id": run_id, "source": "import os\n"})
             neither = await client.call_tool("submit", {"run_id": run_id, "node": 2})
@@ -315,10 +318,17 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
         "submit",
         "search_knowledge",
         "finish_run",
+        "remeasure",
     } <= names
     assert nxt["node"] == 2 and nxt["parents"] == [1]  # the next node grows from the submitted one
     assert "What it changed: one row per thread, exp in place" in nxt["prompt"]  # the agent's note
     assert "os" in lint and lint != "ok"
+    again_measured = agent.remeasure(ws, run_id, 1)  # live, a fresh worker; the node keeps its verdict
+    with Workspace.open(ws) as w:
+        ranked_by = w.nodes(run_id)[0]["evaluation_id"]
+    assert again_measured["status"] == "ok" and again_measured["evaluation"] > ranked_by  # stored, its own
+    assert again_measured["search_fitness"] == result["fitness"]
+    assert agent.lint(ws, run_id, C_SOFTMAX) == "ok" and agent.lint(ws, run_id, "import os\n") != "ok"
     summary = agent.finish(ws, run_id)
     assert summary["best_node"] == 1 and Path(summary["best_candidate"]).read_text() == C_SOFTMAX
 

@@ -3,6 +3,8 @@
     kernelevolve agent start SPEC            a run whose synthesizer is `agent`
     kernelevolve agent next RUN              select a node, write its task and files, print them
     kernelevolve agent submit RUN NODE FILE  evaluate FILE for that node; print the verdict
+    kernelevolve agent lint RUN FILE         the static guards on FILE, nothing run
+    kernelevolve agent remeasure RUN NODE    a node's kernel measured again, live
     kernelevolve agent finish RUN            re-measure the winners; best kernel, export, report
 
 The task is the universal operator's prompt (`synth/prompt.py`) for the selected node, the same one a
@@ -136,6 +138,41 @@ def submit(
         }
 
 
+def remeasure(workspace: Path, run_id: str, node_id: int) -> dict[str, Any]:
+    """Measure a node's kernel again, live, in a fresh worker: the number to trust before building on
+    it (a search-time verdict can be a lucky or unlucky moment). Stored as an evaluation of its own;
+    the node keeps the verdict it was ranked by."""
+    from kernelevolve.optimize import build_engine
+    from kernelevolve.search.tools import describe_verdict
+
+    with Workspace.open(workspace) as ws:
+        engine = build_engine(ws, run_id)
+        if node_id not in engine.tree().nodes:
+            raise WorkspaceError(f"run {engine.run_id} has no node {node_id}")
+        ranked = engine.tree()[node_id]
+        with engine.attached():
+            evaluation_id, verdict = engine.remeasure(node_id)
+        return {
+            "run_id": engine.run_id,
+            "node": node_id,
+            "evaluation": evaluation_id,
+            "status": str(verdict.status),
+            "speedup_vs_eager": verdict.speedup_vs_eager,
+            "speedup_vs_compile": verdict.speedup_vs_compile,
+            "fitness": verdict.fitness,
+            "search_fitness": ranked.fitness,
+            "text": describe_verdict(verdict.to_dict()),
+        }
+
+
+def lint(workspace: Path, run_id: str, source: str) -> str:
+    """The static guards on a candidate for this run's platform: "ok" or the violations. Nothing runs."""
+    from kernelevolve.optimize import build_engine
+
+    with Workspace.open(workspace) as ws:
+        return build_engine(ws, run_id).tools.lint(source)
+
+
 def finish(workspace: Path, run_id: str) -> dict[str, Any]:
     """Close an agent run: re-measure the winners, write the best kernel, export and report."""
     from kernelevolve.optimize import build_engine
@@ -195,4 +232,4 @@ def _require_agent(name: str, run_id: str) -> None:
         )
 
 
-__all__ = ["finish", "next_task", "submit"]
+__all__ = ["finish", "lint", "next_task", "remeasure", "submit"]

@@ -1,4 +1,4 @@
-"""The agent commands: agent start/next/submit/finish (tasks out, candidates in) and `mcp` (the same
+"""The agent commands: agent start/next/submit/lint/remeasure/finish (tasks out, candidates in) and `mcp` (the same
 interface as an MCP server). Registered on `cli.app` (see cli.py); they share the search commands'
 options and output (`cli_search.py`)."""
 
@@ -148,6 +148,59 @@ def agent_submit(
             out.print(
                 f"the run is done ({escape(result['stop_reason'])}): `kernelevolve agent finish {result['run_id']}`"
             )
+    raise typer.Exit(0 if result["status"] == "ok" else 1)
+
+
+@agent_app.command("lint")
+def agent_lint(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
+    file: Annotated[Path, typer.Argument(help="The candidate file.")],
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """The static guards on a candidate file, for this run's platform: nothing runs.
+
+    \b
+    Example:
+      kernelevolve agent lint 3f2a9c1e candidate.py
+    """
+    from kernelevolve import agent_jobs as agent
+
+    try:
+        if not file.is_file():
+            raise KernelevolveError(f"{file}: no such file")
+        said = agent.lint(settings_for(workspace).workspace, run, file.read_text(errors="replace"))
+    except KernelevolveError as exc:
+        fail(exc)
+        return
+    out.print(escape(said))
+    raise typer.Exit(0 if said == "ok" else 1)
+
+
+@agent_app.command("remeasure")
+def agent_remeasure(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix).")],
+    node: Annotated[int, typer.Argument(help="An evaluated node.")],
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure a node's kernel again, live, in a fresh worker (the node keeps its ranked verdict).
+
+    \b
+    Example:
+      kernelevolve agent remeasure 3f2a9c1e 4
+    """
+    from kernelevolve import agent_jobs as agent
+
+    try:
+        result = agent.remeasure(settings_for(workspace).workspace, run, node)
+    except KernelevolveError as exc:
+        fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+    else:
+        out.print(escape(result["text"]))
+        out.print(f"search-time fitness {fmt_x(result['search_fitness'])}; now {fmt_x(result['fitness'])}")
     raise typer.Exit(0 if result["status"] == "ok" else 1)
 
 

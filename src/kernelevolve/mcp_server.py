@@ -8,6 +8,7 @@ The tools are the functions of `kernelevolve.agent_jobs` plus what an agent need
     lint(run_id, source)                        the static guards on a draft, without running it
     submit(run_id, node, source | path, note)   the harness's verdict on a candidate for that node
     search_knowledge(query, platform)           knowledge snippets
+    remeasure(run_id, node)                     a node's kernel measured again, live, in a fresh worker
     finish_run(run_id)                          re-measure, write the best kernel, export and report
     list_runs()                                 the workspace's runs
 
@@ -42,7 +43,16 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
     except ImportError as exc:
         raise KernelevolveError(INSTALL_HINT) from exc
 
+    from mcp.types import ToolAnnotations
+
     from kernelevolve import agent_jobs as agent
+
+    # What each tool does to the workspace, for a client deciding what to ask its user about:
+    # nothing (reads), or records (a run, a node, an evaluation); none reaches outside this machine.
+    reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    records = ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+    )
 
     server = MCPServer(
         name="kernelevolve",
@@ -59,7 +69,7 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
         except KernelevolveError as exc:  # a usable message for the agent, not a stack trace
             return {"error": exc.message, "hint": exc.hint}
 
-    @server.tool()
+    @server.tool(annotations=records)
     async def start_run(
         spec: str, budget: int = 20, platform_name: str | None = None, policy: str = "uct", drafts: int = 1
     ) -> dict[str, Any]:
@@ -86,13 +96,13 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
         result: dict[str, Any] = await call(go)
         return result
 
-    @server.tool()
+    @server.tool(annotations=records)
     async def next_task(run_id: str, new: bool = False) -> dict[str, Any]:
         """The task for the next node: the prompt, the files, the constraints, how to submit."""
         result: dict[str, Any] = await call(agent.next_task, workspace, run_id, new)
         return result
 
-    @server.tool()
+    @server.tool(annotations=reads)
     async def read_node(run_id: str, node: int) -> dict[str, Any]:
         """A node's kernel source, verdict summary and note."""
 
@@ -111,21 +121,14 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
         result: dict[str, Any] = await call(go)
         return result
 
-    @server.tool()
+    @server.tool(annotations=reads)
     async def lint(run_id: str, source: str) -> str:
         """The static guards on a candidate's source: 'ok' or the violations. Nothing runs."""
 
-        def go() -> str:
-            from kernelevolve.optimize import build_engine
-            from kernelevolve.store import Workspace
-
-            with Workspace.open(workspace) as ws:
-                return build_engine(ws, run_id).tools.lint(source)
-
-        result: str = await call(go)
+        result: str = await call(agent.lint, workspace, run_id, source)
         return result
 
-    @server.tool()
+    @server.tool(annotations=records)
     async def submit(
         run_id: str, node: int, source: str | None = None, path: str | None = None, note: str | None = None
     ) -> dict[str, Any]:
@@ -144,7 +147,7 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
         result: dict[str, Any] = await call(go)
         return result
 
-    @server.tool()
+    @server.tool(annotations=reads)
     async def search_knowledge(
         query: str, platform_name: str | None = None, limit: int = 5
     ) -> list[dict[str, Any]]:
@@ -163,7 +166,14 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
         found: list[dict[str, Any]] = await call(go)
         return found
 
-    @server.tool()
+    @server.tool(annotations=records)
+    async def remeasure(run_id: str, node: int) -> dict[str, Any]:
+        """Measure an evaluated node's kernel again, live, in a fresh worker: the number to trust before
+        building on it. The node keeps the verdict it was ranked by."""
+        result: dict[str, Any] = await call(agent.remeasure, workspace, run_id, node)
+        return result
+
+    @server.tool(annotations=records)
     async def finish_run(run_id: str) -> dict[str, Any]:
         """Re-measure the best kernels; write the best kernel, the per-shape export and the report."""
 
@@ -174,7 +184,7 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
         result: dict[str, Any] = await call(go)
         return result
 
-    @server.tool()
+    @server.tool(annotations=reads)
     async def list_runs() -> list[dict[str, Any]]:
         """The workspace's runs, newest first."""
         from kernelevolve.store import Workspace

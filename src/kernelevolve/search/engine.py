@@ -409,6 +409,21 @@ class Engine:
         )  # fmt: skip
         return step.run(self.tree(), reason)
 
+    def remeasure(self, node_id: int) -> tuple[int, Verdict]:
+        """Measure an evaluated node's kernel again, live, in a fresh worker (inside `attached`), and
+        store it as an evaluation of its own: (its id, the verdict). The node keeps the verdict it was
+        ranked by; the finish step measures the winners again in any case."""
+        node = self.tree()[node_id]
+        if node.source is None or node.state != "evaluated":
+            raise WorkspaceError(
+                f"node {node_id} of run {self.run_id} has no evaluated kernel ({node.state})",
+                hint="re-measure a node that was submitted and evaluated",
+            )
+        self.emit("remeasure", {"node": node_id})
+        verdict = self._measure(node.source, f"node-{node_id}-remeasure.py")
+        verdict.method.key = self.reuse_key
+        return self.ws.record_evaluation(verdict.to_dict()), verdict
+
     def _measure(self, source: str, label: str) -> Verdict:
         """One evaluation of the finish step, given up at once when the run is interrupted (Ctrl-C,
         or `interrupt` from a bench's other thread): the pool is aborted and KeyboardInterrupt raised,
