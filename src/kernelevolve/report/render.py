@@ -217,8 +217,33 @@ def _header(run: dict[str, Any], method: dict[str, Any], baseline: str) -> list[
         ("limits", ", ".join(f"{k}={v}" for k, v in limits.items()) or "-"),
         ("status", str(run.get("status") or "-")),
         ("started", fmt_date(run.get("created_at"))),
-        ("wall time", fmt_duration(run.get("wall_s"))),
+        *_times(run),
     ]
+
+
+def _times(run: dict[str, Any]) -> list[tuple[str, str]]:
+    """The run's time as it was: the harness's wall time (the engine's sessions: a search, or an agent's
+    submits), and for an agent-driven run the time from its start to its last record, which includes
+    the agent's own between submits."""
+    rows = [
+        (
+            "wall time (harness)" if run.get("synthesizer") == "agent" else "wall time",
+            fmt_duration(run.get("wall_s")),
+        )
+    ]
+    if run.get("synthesizer") == "agent":
+        rows.append(("elapsed (start to last record)", fmt_duration(_elapsed(run))))
+    return rows
+
+
+def _elapsed(run: dict[str, Any]) -> float | None:
+    from datetime import datetime
+
+    try:
+        start, end = (datetime.fromisoformat(str(run[k])) for k in ("created_at", "updated_at"))
+    except (KeyError, ValueError):
+        return None
+    return (end - start).total_seconds()
 
 
 def _headline(best: dict[str, Any] | None, final: dict[str, Any], baseline: str) -> list[tuple[str, str]]:
@@ -336,10 +361,20 @@ def _costs(run: dict[str, Any], nodes: Sequence[dict[str, Any]]) -> list[tuple[s
         ("tokens in", fmt_int(run_or_nodes("tokens_in"))),
         ("tokens out", fmt_int(run_or_nodes("tokens_out"))),
         ("model cost", fmt_usd(run_or_nodes("cost_usd"))),
-        ("GPU-seconds (sum of evaluation time)", f"{total('eval_s'):,.1f}"),
+        (f"{_device_word(run)}-seconds (sum of evaluation time)", f"{total('eval_s'):,.1f}"),
         ("synthesis seconds", f"{total('synth_s'):,.1f}"),
-        ("wall time", fmt_duration(run.get("wall_s"))),
+        *_times(run),
     ]
+
+
+def _device_word(run: dict[str, Any]) -> str:
+    return (
+        "GPU"
+        if run.get("platform") in ("cuda", "rocm")
+        else "CPU"
+        if run.get("platform") == "cpu"
+        else "device"
+    )
 
 
 # --- Markdown ------------------------------------------------------------------------------------

@@ -176,7 +176,11 @@ class FinishStep:
             "tokens_in": run["tokens_in"],
             "tokens_out": run["tokens_out"],
             "cost_usd": run["cost_usd"],
-            "gpu_s": round(sum(n.eval_s for n in evaluated), 2),
+            # the evaluations' time on the device: GPU-seconds on a GPU (None elsewhere, not a GPU's)
+            "gpu_s": round(sum(n.eval_s for n in evaluated), 2)
+            if ctx.platform.name in ("cuda", "rocm")
+            else None,
+            "eval_s": round(sum(n.eval_s for n in evaluated), 2),
             "wall_s": round(self.wall_s(), 2),
             "limits": dataclasses.asdict(self.limits),
             "out_dir": str(ctx.out_dir),
