@@ -9,6 +9,7 @@ local pool it is compared with both use the limit of 50 that the CPU search test
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -131,12 +132,21 @@ def test_an_actor_killed_mid_evaluation_is_replaced_and_the_candidate_retried(
     ray_eval: RayEvaluator, events: list[tuple[str, str, Any]]
 ) -> None:
     (victim,) = ray_eval.actors
-    killer = threading.Timer(1.5, ray.kill, args=(victim,))
+    stop = threading.Event()
+
+    def kill_once_in_flight() -> None:  # not by the clock: a loaded machine starts the actor late
+        while not stop.is_set() and ray_eval.in_flight() != [1]:
+            time.sleep(0.05)
+        if not stop.wait(1.0):  # the candidate's import spins for seconds
+            ray.kill(victim)
+
+    killer = threading.Thread(target=kill_once_in_flight, daemon=True)
     killer.start()
     try:
         v = ray_eval.evaluate_one(SLOW_IMPORT, "slow.py")
     finally:
-        killer.cancel()
+        stop.set()
+        killer.join()
     assert v.status == Status.OK and v.correct and v.timed, v.message
     retries = [detail for event, label, detail in events if event == "retry" and label == "slow.py"]
     assert len(retries) == 1 and "killed by `ray.kill`" in retries[0], retries

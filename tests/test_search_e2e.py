@@ -263,7 +263,7 @@ def test_a_model_endpoint_down_for_minutes_spends_no_budget_and_the_run_resumes(
         providers.unregister("scripted")
 
 
-def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
+def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kernelevolve import agent_jobs as agent
     from kernelevolve.optimize import start
 
@@ -290,9 +290,21 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
 
     again = tmp_path / "again.py"
     again.write_text(C_SOFTMAX)
+    # The server keeps the run warm between calls: its engine is built, and attached to a pool, once.
+    import kernelevolve.optimize as optimize_mod
+    from kernelevolve.agent_jobs import Session
+
+    built: list[str] = []
+    build_engine = optimize_mod.build_engine
+    monkeypatch.setattr(
+        optimize_mod,
+        "build_engine",
+        lambda ws_, rid, *a, **k: built.append(rid) or build_engine(ws_, rid, *a, **k),
+    )
+    session = Session(ws)
 
     async def use_mcp() -> tuple[set[str], dict, str, dict, dict]:
-        async with Client(build_server(ws)) as client:
+        async with Client(build_server(ws, session=session)) as client:
             tools = (await client.list_tools()).tools
             names = {t.name for t in tools}
             hints = {t.name: t.annotations.read_only_hint for t in tools if t.annotations}
@@ -307,6 +319,9 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path) -> None:
                     json.loads(neither.content[0].text), json.loads(by_path.content[0].text))  # fmt: skip
 
     names, nxt, lint, neither, by_path = asyncio.run(use_mcp())
+    assert built == [run_id] and len(session) == 1  # four calls, one engine and pool
+    session.close()
+    assert len(session) == 0
     assert "source" in neither["error"] and "path" in neither["error"]
     # a file path is a submission too; the same kernel, spec, device and settings: its verdict is reused
     assert by_path["status"] == "ok" and "not evaluated again" in by_path["text"]

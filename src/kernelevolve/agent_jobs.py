@@ -20,6 +20,9 @@ synthesizer, which the engine never asks, is `synth.agent.ExternalAgent`.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +41,14 @@ def _prompt(task: Task) -> tuple[str, str]:
     return synthesize(task, PROMPT_TOKENS, tool_mode=False)
 
 
-def next_task(workspace: Path, run_id: str, new: bool = False) -> dict[str, Any]:
+def next_task(
+    workspace: Path, run_id: str, new: bool = False, session: Session | None = None
+) -> dict[str, Any]:
     """The task of the node awaiting a submission (selecting one if none waits, or if `new`).
     `{"done": True, "reason": ...}` once the run's limits are reached."""
-    from kernelevolve.optimize import build_engine, run_dir
+    from kernelevolve.optimize import run_dir
 
-    with Workspace.open(workspace) as ws:
-        engine = build_engine(ws, run_id)
-        _require_agent(engine.synth.name, engine.run_id)
+    with _engine(workspace, run_id, session) as (ws, engine), _selecting(session, engine.run_id):
         waiting = [n.id for n in engine.tree().nodes.values() if n.state == "created"]
         if waiting and not new:
             node_id = waiting[0]
@@ -93,18 +96,21 @@ def next_task(workspace: Path, run_id: str, new: bool = False) -> dict[str, Any]
 
 
 def submit(
-    workspace: Path, run_id: str, node_id: int, source: str, note: str | None = None
+    workspace: Path,
+    run_id: str,
+    node_id: int,
+    source: str,
+    note: str | None = None,
+    session: Session | None = None,
 ) -> dict[str, Any]:
     """Evaluate `source` as node `node_id`'s candidate; the verdict, as data and as text. `note`: what
     the candidate changed and why, in the agent's words: the node's change in later tasks and in the
     report (without one, the node says only that an external agent submitted it)."""
-    note = note.strip() if note and note.strip() else SUBMIT_NOTE
-    from kernelevolve.optimize import build_engine, run_dir
+    from kernelevolve.optimize import run_dir
     from kernelevolve.search.tools import describe_verdict
 
-    with Workspace.open(workspace) as ws:
-        engine = build_engine(ws, run_id)
-        _require_agent(engine.synth.name, engine.run_id)
+    note = note.strip() if note and note.strip() else SUBMIT_NOTE
+    with _engine(workspace, run_id, session, attach=True) as (ws, engine):
         tree = engine.tree()
         if node_id not in tree.nodes:
             raise WorkspaceError(
@@ -119,8 +125,7 @@ def submit(
         task_file = run_dir(ws, engine.run_id) / f"node-{node_id}" / "TASK.md"
         prompt = task_file.read_text() if task_file.is_file() else None
         ws.propose_node(engine.run_id, node_id, source=source, note=note, prompt=prompt)
-        with engine.attached():
-            verdict = engine.evaluate(node_id)
+        verdict = engine.evaluate(node_id)
         return {
             "run_id": engine.run_id,
             "node": node_id,
@@ -138,20 +143,17 @@ def submit(
         }
 
 
-def remeasure(workspace: Path, run_id: str, node_id: int) -> dict[str, Any]:
+def remeasure(workspace: Path, run_id: str, node_id: int, session: Session | None = None) -> dict[str, Any]:
     """Measure a node's kernel again, live, in a fresh worker: the number to trust before building on
     it (a search-time verdict can be a lucky or unlucky moment). Stored as an evaluation of its own;
     the node keeps the verdict it was ranked by."""
-    from kernelevolve.optimize import build_engine
     from kernelevolve.search.tools import describe_verdict
 
-    with Workspace.open(workspace) as ws:
-        engine = build_engine(ws, run_id)
+    with _engine(workspace, run_id, session, attach=True) as (_, engine):
         if node_id not in engine.tree().nodes:
             raise WorkspaceError(f"run {engine.run_id} has no node {node_id}")
         ranked = engine.tree()[node_id]
-        with engine.attached():
-            evaluation_id, verdict = engine.remeasure(node_id)
+        evaluation_id, verdict = engine.remeasure(node_id)
         return {
             "run_id": engine.run_id,
             "node": node_id,
@@ -165,22 +167,105 @@ def remeasure(workspace: Path, run_id: str, node_id: int) -> dict[str, Any]:
         }
 
 
-def lint(workspace: Path, run_id: str, source: str) -> str:
+def lint(workspace: Path, run_id: str, source: str, session: Session | None = None) -> str:
     """The static guards on a candidate for this run's platform: "ok" or the violations. Nothing runs."""
-    from kernelevolve.optimize import build_engine
-
-    with Workspace.open(workspace) as ws:
-        return build_engine(ws, run_id).tools.lint(source)
+    with _engine(workspace, run_id, session) as (_, engine):
+        return engine.tools.lint(source)
 
 
-def finish(workspace: Path, run_id: str) -> dict[str, Any]:
+def finish(workspace: Path, run_id: str, session: Session | None = None) -> dict[str, Any]:
     """Close an agent run: re-measure the winners, write the best kernel, export and report."""
+    with _engine(workspace, run_id, session, attach=True) as (_, engine):
+        summary = engine.finish(engine.stop_reason() or "finished by the agent")
+    if session is not None:
+        session.close(engine.run_id)
+    return summary
+
+
+class Session:
+    """Agent runs kept warm between calls in one long-lived process (the MCP server).
+
+    Each run's engine is built once and stays attached to its evaluator pool, whose spare workers
+    prepare (start, torch.compile's baseline, the reference's outputs) while the agent writes its next
+    candidate: a submit then costs the candidate's compile, checks and timing, not a worker's start.
+    The tree is read from the store before every decision, as in a search, so what another process
+    recorded meanwhile is seen. A run's pool closes at its `finish`, all of them at `close()`. Without
+    a session (the CLI's commands, one process per call) each call builds and attaches its own."""
+
+    def __init__(self, workspace: Path):
+        self.workspace = workspace
+        self._lock = threading.Lock()
+        self._runs: dict[str, tuple[Workspace, Any, ExitStack, threading.Lock]] = {}
+        self._names: dict[str, str] = {}  # what callers named a run (a prefix) -> its id
+
+    def engine(self, run_id: str) -> tuple[Workspace, Any]:
+        """The run's workspace and engine, attached to its pool: built at the first call."""
+        from kernelevolve.optimize import build_engine
+
+        with self._lock:
+            key = self._names.get(run_id, run_id)
+            if key not in self._runs:
+                stack = ExitStack()
+                try:
+                    ws = stack.enter_context(Workspace.open(self.workspace))
+                    engine = build_engine(ws, run_id)
+                    _require_agent(engine.synth.name, engine.run_id)
+                    stack.enter_context(engine.attached())
+                except BaseException:
+                    stack.close()
+                    raise
+                key = engine.run_id
+                self._runs[key] = (ws, engine, stack, threading.Lock())
+            self._names[run_id] = key
+            ws, engine, _, _ = self._runs[key]
+            return ws, engine
+
+    def selecting(self, run_id: str) -> threading.Lock:
+        """Held while a task is chosen: two calls at once never select the same waiting node twice."""
+        with self._lock:
+            return self._runs[self._names.get(run_id, run_id)][3]
+
+    def close(self, run_id: str | None = None) -> None:
+        """Detach one run (its pool's workers ended), or every run."""
+        with self._lock:
+            keys = list(self._runs) if run_id is None else [self._names.get(run_id, run_id)]
+            stacks = [self._runs.pop(k)[2] for k in keys if k in self._runs]
+            self._names = {n: k for n, k in self._names.items() if k in self._runs}
+        for stack in stacks:
+            stack.close()
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+
+@contextmanager
+def _engine(
+    workspace: Path, run_id: str, session: Session | None, attach: bool = False
+) -> Iterator[tuple[Workspace, Any]]:
+    """(workspace, engine) of an agent run: the session's, kept attached, or built for this call
+    (and attached to a pool for it where `attach`)."""
+    if session is not None:
+        yield session.engine(run_id)
+        return
     from kernelevolve.optimize import build_engine
 
     with Workspace.open(workspace) as ws:
         engine = build_engine(ws, run_id)
+        _require_agent(engine.synth.name, engine.run_id)
+        if not attach:
+            yield ws, engine
+            return
         with engine.attached():
-            return engine.finish(engine.stop_reason() or "finished by the agent")
+            yield ws, engine
+
+
+@contextmanager
+def _selecting(session: Session | None, run_id: str) -> Iterator[None]:
+    if session is None:
+        yield
+        return
+    with session.selecting(run_id):
+        yield
 
 
 def _baseline_reference(ws: Workspace, engine: Any) -> dict[str, Any] | None:
@@ -232,4 +317,4 @@ def _require_agent(name: str, run_id: str) -> None:
         )
 
 
-__all__ = ["finish", "lint", "next_task", "remeasure", "submit"]
+__all__ = ["Session", "finish", "lint", "next_task", "remeasure", "submit"]

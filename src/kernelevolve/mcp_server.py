@@ -13,7 +13,8 @@ The tools are the functions of `kernelevolve.agent_jobs` plus what an agent need
     list_runs()                                 the workspace's runs
 
 Candidates submitted here are evaluated exactly as any other: in isolated worker processes, never in
-the server's process. The server holds no model keys and needs none. Blocking work runs in threads
+the server's process. The server keeps each agent run's evaluator pool between calls
+(`agent_jobs.Session`), so a submit finds a worker already prepared. The server holds no model keys and needs none. Blocking work runs in threads
 so the server keeps answering while the harness works.
 """
 
@@ -35,8 +36,10 @@ def _read_candidate(path: Path) -> str:
     return path.read_text(errors="replace")
 
 
-def build_server(workspace: Path, platform: str | None = None) -> Any:
-    """The MCPServer with kernelevolve's tools, for `workspace`."""
+def build_server(workspace: Path, platform: str | None = None, session: Any = None) -> Any:
+    """The MCPServer with kernelevolve's tools, for `workspace`. Its agent runs are kept warm between
+    calls (`agent_jobs.Session`: each run's evaluator pool stays attached, its spare workers prepared
+    while the agent writes): `session`, else one of its own, which `serve` closes at the end."""
     try:
         import anyio
         from mcp.server.mcpserver import MCPServer
@@ -46,6 +49,8 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
     from mcp.types import ToolAnnotations
 
     from kernelevolve import agent_jobs as agent
+
+    session = session if session is not None else agent.Session(workspace)
 
     # What each tool does to the workspace, for a client deciding what to ask its user about:
     # nothing (reads), or records (a run, a node, an evaluation); none reaches outside this machine.
@@ -99,7 +104,7 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
     @server.tool(annotations=records)
     async def next_task(run_id: str, new: bool = False) -> dict[str, Any]:
         """The task for the next node: the prompt, the files, the constraints, how to submit."""
-        result: dict[str, Any] = await call(agent.next_task, workspace, run_id, new)
+        result: dict[str, Any] = await call(agent.next_task, workspace, run_id, new, session)
         return result
 
     @server.tool(annotations=reads)
@@ -125,7 +130,7 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
     async def lint(run_id: str, source: str) -> str:
         """The static guards on a candidate's source: 'ok' or the violations. Nothing runs."""
 
-        result: str = await call(agent.lint, workspace, run_id, source)
+        result: str = await call(agent.lint, workspace, run_id, source, session)
         return result
 
     @server.tool(annotations=records)
@@ -140,7 +145,7 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
             if (source is None) == (path is None):
                 raise WorkspaceError("give the candidate as `source` or as `path`, one of them")
             text = source if source is not None else _read_candidate(Path(str(path)))
-            result = agent.submit(workspace, run_id, node, text, note=note)
+            result = agent.submit(workspace, run_id, node, text, note=note, session=session)
             result.pop("verdict", None)  # the text and headline numbers are what an agent reads
             return result
 
@@ -170,7 +175,7 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
     async def remeasure(run_id: str, node: int) -> dict[str, Any]:
         """Measure an evaluated node's kernel again, live, in a fresh worker: the number to trust before
         building on it. The node keeps the verdict it was ranked by."""
-        result: dict[str, Any] = await call(agent.remeasure, workspace, run_id, node)
+        result: dict[str, Any] = await call(agent.remeasure, workspace, run_id, node, session)
         return result
 
     @server.tool(annotations=records)
@@ -178,7 +183,7 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
         """Re-measure the best kernels; write the best kernel, the per-shape export and the report."""
 
         def go() -> dict[str, Any]:
-            summary = agent.finish(workspace, run_id)
+            summary = agent.finish(workspace, run_id, session=session)
             return {k: v for k, v in summary.items() if k not in ("final", "method")}
 
         result: dict[str, Any] = await call(go)
@@ -197,7 +202,13 @@ def build_server(workspace: Path, platform: str | None = None) -> Any:
 
 
 def serve(workspace: Path, platform: str | None = None) -> None:
-    build_server(workspace, platform).run("stdio")
+    from kernelevolve.agent_jobs import Session
+
+    session = Session(workspace)
+    try:
+        build_server(workspace, platform, session).run("stdio")
+    finally:  # the runs' pools: their workers end with the server
+        session.close()
 
 
 __all__ = ["build_server", "serve"]

@@ -66,7 +66,8 @@ def _note_start_up(verdict: Verdict, waited: float, info: dict[str, Any]) -> Non
     how long it waited for a prepared worker (part of its wall time); `worker_start`, how long that
     worker took from spawn to ready (mostly before, overlapping other evaluations); and the worker's
     own start-up steps (`start:device`, `start:spec`, `start:compile_baseline`,
-    `start:reference_outputs`, `start:timer`). A search bound by the host shows it here."""
+    `start:reference_outputs`, of which `start:reference_outputs_wait` waited for the device's lease,
+    `start:timer`). A search bound by the host shows it here."""
     verdict.phases["worker_wait"] = round(waited, 3)
     if info.get("start_s") is not None:
         verdict.phases["worker_start"] = float(info["start_s"])

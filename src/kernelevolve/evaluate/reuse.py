@@ -30,7 +30,8 @@ from typing import Any
 
 from kernelevolve.evaluate.messages import WorkerSettings
 from kernelevolve.evaluate.timing import METHOD_VERSION
-from kernelevolve.evaluate.verdict import Status
+from kernelevolve.evaluate.verdict import Status, Verdict
+from kernelevolve.store.blobs import candidate_hash
 
 REUSABLE = frozenset({Status.OK, Status.INCORRECT})
 
@@ -54,4 +55,21 @@ def reuse_key(settings: dict[str, Any], identity: dict[str, Any], shapes: list[s
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-__all__ = ["REUSABLE", "reuse_key"]
+def stored_verdict(ws: Any, source: str, spec_fingerprint: str, key: str) -> tuple[int, Verdict] | None:
+    """The stored verdict of this very kernel for this spec under `key`, marked as reused (its
+    `Method.reused_from`, and its message saying so), with the evaluation it came from; None where the
+    kernel must be evaluated."""
+    found = ws.reusable_evaluation(candidate_hash(source), spec_fingerprint, key, {str(s) for s in REUSABLE})
+    if found is None:
+        return None
+    evaluation_id, data = found
+    verdict = Verdict.from_dict(data)
+    verdict.method.reused_from = evaluation_id
+    verdict.message = (
+        f"{verdict.message} (the verdict of evaluation {evaluation_id}: the same kernel, spec, device, "
+        "settings and method, not evaluated again)"
+    )
+    return evaluation_id, verdict
+
+
+__all__ = ["REUSABLE", "reuse_key", "stored_verdict"]

@@ -222,18 +222,13 @@ def _header(run: dict[str, Any], method: dict[str, Any], baseline: str) -> list[
 
 
 def _times(run: dict[str, Any]) -> list[tuple[str, str]]:
-    """The run's time as it was: the harness's wall time (the engine's sessions: a search, or an agent's
-    submits), and for an agent-driven run the time from its start to its last record, which includes
-    the agent's own between submits."""
-    rows = [
-        (
-            "wall time (harness)" if run.get("synthesizer") == "agent" else "wall time",
-            fmt_duration(run.get("wall_s")),
-        )
-    ]
+    """The run's time as it was. A search: its wall time (the engine's sessions). An agent-driven run:
+    the time from its start to its last record, the agent's own between submits included (the
+    engine's sessions there are its calls, or a server's whole life, neither the run's time); the
+    evaluations' seconds are in the cost rows."""
     if run.get("synthesizer") == "agent":
-        rows.append(("elapsed (start to last record)", fmt_duration(_elapsed(run))))
-    return rows
+        return [("elapsed (start to last record)", fmt_duration(_elapsed(run)))]
+    return [("wall time", fmt_duration(run.get("wall_s")))]
 
 
 def _elapsed(run: dict[str, Any]) -> float | None:

@@ -38,7 +38,7 @@ from typing import Any
 from kernelevolve.errors import WorkspaceError
 from kernelevolve.evaluate.executors import Evaluator, Request, open_evaluator
 from kernelevolve.evaluate.guards import check_source
-from kernelevolve.evaluate.reuse import REUSABLE, reuse_key
+from kernelevolve.evaluate.reuse import reuse_key, stored_verdict
 from kernelevolve.evaluate.verdict import Verdict
 from kernelevolve.knowledge.index import KnowledgeBase
 from kernelevolve.profile.diagnosis import diagnose
@@ -52,7 +52,6 @@ from kernelevolve.search.tasks import TaskBuilder
 from kernelevolve.search.tools import EngineTools, RunLock
 from kernelevolve.search.tree import Tree
 from kernelevolve.store import storage_failed
-from kernelevolve.store.blobs import candidate_hash
 from kernelevolve.synth.base import Proposal, Synthesizer, Task
 
 # Statuses of nodes that cost no candidate: the synthesizer declined, or the model endpoint was down.
@@ -313,7 +312,7 @@ class Engine:
         node = self.tree()[node_id]
         assert node.source is not None and self.pool is not None
         start = time.perf_counter()
-        reused = self._reusable(node.source)
+        reused = stored_verdict(self.ws, node.source, self.spec.fingerprint, self.reuse_key)
         if reused is not None:
             evaluation_id, verdict = reused
         else:
@@ -338,23 +337,6 @@ class Engine:
         )
         self._learn(node_id, profile=improved and verdict.ok)
         return verdict
-
-    def _reusable(self, source: str) -> tuple[int, Verdict] | None:
-        """The stored verdict of this very kernel under this run's key (`evaluate/reuse.py`), marked as
-        reused, with the evaluation it came from; None where it must be evaluated."""
-        found = self.ws.reusable_evaluation(
-            candidate_hash(source), self.spec.fingerprint, self.reuse_key, {str(s) for s in REUSABLE}
-        )
-        if found is None:
-            return None
-        evaluation_id, data = found
-        verdict = Verdict.from_dict(data)
-        verdict.method.reused_from = evaluation_id
-        verdict.message = (
-            f"{verdict.message} (the verdict of evaluation {evaluation_id}: the same kernel, spec, device, "
-            "settings and method, not evaluated again)"
-        )
-        return evaluation_id, verdict
 
     def _learn(self, node_id: int, profile: bool) -> None:
         """Context memory, skills and profiling for a node just evaluated. Derived data: a failure
