@@ -13,27 +13,10 @@ NAME               a synthesizer another package registers (entry-point group
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from kernelevolve.spec import Spec
-from kernelevolve.synth.base import Synthesizer
-
-
-@dataclass
-class SynthConfig:
-    """How a run's synthesizer is made; stored with the run so `resume` makes the same one."""
-
-    name: str = "tuner"
-    base_url: str | None = None
-    single_shot: bool = False  # a model without tool calling: one completion, code in the answer
-    max_steps: int = 12  # tool-loop steps per expansion
-    context_tokens: int | None = None  # prompt budget; None: the provider's
-
-    @property
-    def is_model(self) -> bool:
-        """A chat model (PROVIDER:MODEL): it costs money and needs its SDK and key."""
-        return ":" in self.name
+from kernelevolve.synth.base import SynthConfig, Synthesizer
 
 
 def create(

@@ -7,6 +7,8 @@ cost. It never evaluates for keeps: the engine sends every proposal to the evalu
 the verdict. The `Tools` a synthesizer may use while it works (lint, a quick run on the smallest shape,
 knowledge search) go through the same isolated harness; none of them runs a candidate in this process.
 
+`SynthConfig` is how a run's synthesizer is named and made (`synth.create`, `synth/registry.py`).
+
 Deliberately not here: selection, budgets and storage (the engine's), prompts (`synth/prompt.py`).
 """
 
@@ -133,4 +135,30 @@ class Synthesizer(Protocol):
     def propose(self, task: Task, tools: Tools) -> Proposal: ...
 
 
-__all__ = ["MEMORY_MODES", "MemoryMode", "NodeView", "Proposal", "Snippet", "Synthesizer", "Task", "Tools"]
+@dataclass
+class SynthConfig:
+    """How a run's synthesizer is made; stored with the run so `resume` makes the same one."""
+
+    name: str = "tuner"
+    base_url: str | None = None
+    single_shot: bool = False  # a model without tool calling: one completion, code in the answer
+    max_steps: int = 12  # tool-loop steps per expansion
+    context_tokens: int | None = None  # prompt budget; None: the provider's
+
+    @property
+    def is_model(self) -> bool:
+        """A chat model (PROVIDER:MODEL): it costs money and needs its SDK and key."""
+        return ":" in self.name
+
+
+__all__ = [
+    "MEMORY_MODES",
+    "MemoryMode",
+    "NodeView",
+    "Proposal",
+    "Snippet",
+    "SynthConfig",
+    "Synthesizer",
+    "Task",
+    "Tools",
+]

@@ -23,8 +23,7 @@ from kernelevolve.errors import WorkspaceError
 
 if TYPE_CHECKING:
     from kernelevolve.spec import Spec
-    from kernelevolve.synth import SynthConfig
-    from kernelevolve.synth.base import Synthesizer
+    from kernelevolve.synth.base import SynthConfig, Synthesizer
 
 GROUP = "kernelevolve.synthesizers"
 Factory = Callable[..., "Synthesizer"]
