@@ -312,6 +312,10 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path, monkeypatch: pyt
             nxt = await client.call_tool("next_task", {"run_id": run_id})
             lint = await client.call_tool("lint", {"run_id": run_id, "source": "import os\n"})
             neither = await client.call_tool("submit", {"run_id": run_id, "node": 2})
+            missing = await client.call_tool(
+                "submit", {"run_id": run_id, "node": 2, "path": str(tmp_path / "no.py")}
+            )
+            assert "no such candidate file" in json.loads(missing.content[0].text)["error"]
             by_path = await client.call_tool(
                 "submit", {"run_id": run_id, "node": 2, "path": str(again), "note": "the same kernel again"}
             )

@@ -35,6 +35,15 @@ PROMPT_TOKENS = 24_000
 SUBMIT_NOTE = "submitted by an external agent"
 
 
+def read_candidate(path: Path) -> str:
+    """A candidate file's source, for `submit` and `lint` from a path (the CLI's, the MCP tools')."""
+    if not path.is_file():
+        raise WorkspaceError(
+            f"{path}: no such candidate file", hint="give the path of a .py file defining ModelNew"
+        )
+    return path.read_text(errors="replace")
+
+
 def _prompt(task: Task) -> tuple[str, str]:
     from kernelevolve.synth.prompt import synthesize
 
@@ -317,4 +326,4 @@ def _require_agent(name: str, run_id: str) -> None:
         )
 
 
-__all__ = ["Session", "finish", "lint", "next_task", "remeasure", "submit"]
+__all__ = ["Session", "finish", "lint", "next_task", "read_candidate", "remeasure", "submit"]

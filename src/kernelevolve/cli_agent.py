@@ -128,10 +128,8 @@ def agent_submit(
     from kernelevolve import agent_jobs as agent
 
     try:
-        if not file.is_file():
-            raise KernelevolveError(f"{file}: no such file")
         result = agent.submit(
-            settings_for(workspace).workspace, run, node, file.read_text(errors="replace"), note=note
+            settings_for(workspace).workspace, run, node, agent.read_candidate(file), note=note
         )
     except KernelevolveError as exc:
         fail(exc)
@@ -166,9 +164,7 @@ def agent_lint(
     from kernelevolve import agent_jobs as agent
 
     try:
-        if not file.is_file():
-            raise KernelevolveError(f"{file}: no such file")
-        said = agent.lint(settings_for(workspace).workspace, run, file.read_text(errors="replace"))
+        said = agent.lint(settings_for(workspace).workspace, run, agent.read_candidate(file))
     except KernelevolveError as exc:
         fail(exc)
         return

@@ -28,14 +28,6 @@ from kernelevolve.errors import KernelevolveError, WorkspaceError
 INSTALL_HINT = 'the MCP server needs the `mcp` SDK: pip install "kernelevolve[mcp]"'
 
 
-def _read_candidate(path: Path) -> str:
-    if not path.is_file():
-        raise WorkspaceError(
-            f"{path}: no such candidate file", hint="give the path of a .py file, or its source"
-        )
-    return path.read_text(errors="replace")
-
-
 def build_server(workspace: Path, platform: str | None = None, session: Any = None) -> Any:
     """The MCPServer with kernelevolve's tools, for `workspace`. Its agent runs are kept warm between
     calls (`agent_jobs.Session`: each run's evaluator pool stays attached, its spare workers prepared
@@ -144,7 +136,7 @@ def build_server(workspace: Path, platform: str | None = None, session: Any = No
         def go() -> dict[str, Any]:
             if (source is None) == (path is None):
                 raise WorkspaceError("give the candidate as `source` or as `path`, one of them")
-            text = source if source is not None else _read_candidate(Path(str(path)))
+            text = source if source is not None else agent.read_candidate(Path(str(path)))
             result = agent.submit(workspace, run_id, node, text, note=note, session=session)
             result.pop("verdict", None)  # the text and headline numbers are what an agent reads
             return result
