@@ -133,8 +133,7 @@ def evaluate(
             on_event("skip", str(f), f"its kernels do not run on {platform.name}")
         on_event("plan", platform.name, len(files))
     settings = sized_for(settings, platform, len(files))
-    reading = memory.settled_memory(spec, platform, settings, lambda: platform.device_memory(settings.device))
-    settings, plan = memory.fit(spec, platform, settings, reading)
+    settings, plan = memory.fit(spec, platform, settings, memory.settled_memory(spec, platform, settings))
     if on_event and plan.note:
         on_event("note", "memory plan", plan.note)
     with Workspace.open(settings.workspace) as ws:
@@ -167,7 +166,9 @@ def baselines(
     with Workspace.open(settings.workspace) as ws:
         _record_spec(ws, spec)
         trusted_settings = replace(settings, spares=0, workers=1)
-        memory.plan(spec, platform, trusted_settings, platform.device_memory(settings.device))  # fits?
+        memory.plan(
+            spec, platform, trusted_settings, memory.settled_memory(spec, platform, trusted_settings)
+        )  # fits?
         cache = trusted_cache(ws, spec, platform, settings)
         with EvaluatorPool(spec, platform, trusted_settings, trusted_cache=cache, on_event=on_event) as pool:
             message = pool.run_trusted("baselines")

@@ -181,8 +181,7 @@ def build_engine(
         ws.update_run(run_id, limits=dataclasses.asdict(limits))
     limits = limits or Limits(**run["limits"])
     settings = sized_for(settings, platform, 10**6, executor_slots(settings, platform))
-    reading = memory.settled_memory(spec, platform, settings, lambda: platform.device_memory(settings.device))
-    settings, plan = memory.fit(spec, platform, settings, reading)
+    settings, plan = memory.fit(spec, platform, settings, memory.settled_memory(spec, platform, settings))
     if plan.note and on_event is not None:
         on_event("memory_plan", {"note": plan.note})
     seeds = [(p, Path(p).read_text()) for p in cfg.get("seeds") or []]

@@ -187,13 +187,16 @@ SETTLE_S = 30.0  # how long a run alone on its device waits for memory that is b
 
 
 def settled_memory(
-    spec: Any, platform: Any, settings: Any, read: Callable[[], tuple[int, int] | None],
+    spec: Any, platform: Any, settings: Any, read: Callable[[], tuple[int, int] | None] | None = None,
     wait_s: float = SETTLE_S,
 ) -> tuple[int, int] | None:  # fmt: skip
-    """The device's (free, total) for a plan, read again for up to `wait_s` while the spec's floor
-    does not fit in what is free but would in the device's total, for a run that has the device to
-    itself (`device_share` <= 1): the processes of the run before it (a bench's) may still be giving
-    their memory back, and a plan on that moment's reading would refuse the spec for nothing."""
+    """The device's (free, total) for a plan (`read`: the platform's reading of `settings.device`),
+    read again for up to `wait_s` while the spec's floor does not fit in what is free but would in the
+    device's total, for a run that has the device to itself (`device_share` <= 1): the processes of
+    the run before it (a bench's) may still be giving their memory back, and a plan on that moment's
+    reading would refuse the spec for nothing."""
+    if read is None:
+        read = lambda: platform.device_memory(settings.device)  # noqa: E731
     reading = read()
     if reading is None or platform.name not in ("cuda", "rocm") or settings.device_share > 1:
         return reading
