@@ -284,6 +284,7 @@ def _baseline_reference(ws: Workspace, engine: Any) -> dict[str, Any] | None:
     from the device's hardware profile: the same figures a timed node's verdict gives later tasks
     (`profile.diagnosis.reference_analysis`). None where they cannot be measured (the task says less)."""
     from kernelevolve.jobs import baselines, device_key
+    from kernelevolve.profile.diagnosis import reference_shape
     from kernelevolve.roofline import flop_class, roofline
 
     ctx = engine.ctx
@@ -303,18 +304,10 @@ def _baseline_reference(ws: Workspace, engine: Any) -> dict[str, Any] | None:
     for shape, row in zip(spec.shapes, rows, strict=True):
         if not row:
             continue
-        entry: dict[str, Any] = {"shape": shape.name, "bytes": row.get("bytes"), "flops": row.get("flops")}
-        t_roof = None
-        if bandwidth:
-            t_roof, entry["bound"] = roofline(row.get("bytes") or 0, row.get("flops") or 0, bandwidth, peak)
-            entry["roofline_us"] = round(t_roof * 1e6, 2)
-        for b in ("eager", "compile"):
-            if row.get(b):
-                median = row[b]["median_s"]
-                entry[f"{b}_us"] = round(median * 1e6, 2)
-                if t_roof:
-                    entry[f"{b}_roofline_fraction"] = round(t_roof / median, 3)
-        out.append(entry)
+        nbytes, flops = row.get("bytes") or 0, row.get("flops") or 0
+        t_roof, bound = roofline(nbytes, flops, bandwidth, peak) if bandwidth else (None, None)
+        medians = {b: row[b]["median_s"] for b in ("eager", "compile") if row.get(b)}
+        out.append(reference_shape(shape.name, row.get("bytes"), row.get("flops"), t_roof, bound, medians))
     return {"shapes": out} if out else None
 
 

@@ -181,20 +181,28 @@ def reference_analysis(tree: Any) -> dict[str, Any] | None:
         shapes = (n.verdict or {}).get("shapes") or []
         if not any(s.get("eager") for s in shapes):
             continue
-        out = []
-        for s in shapes:
-            row: dict[str, Any] = {"shape": s["name"], "bound": s.get("bound"), "bytes": s.get("bytes"),
-                                   "flops": s.get("flops")}  # fmt: skip
-            if s.get("roofline_s"):
-                row["roofline_us"] = round(s["roofline_s"] * 1e6, 2)
-            for b in ("eager", "compile"):
-                if s.get(b):
-                    row[f"{b}_us"] = round(s[b]["median_s"] * 1e6, 2)
-                    if s.get("roofline_s"):
-                        row[f"{b}_roofline_fraction"] = round(s["roofline_s"] / s[b]["median_s"], 3)
-            out.append(row)
-        return {"shapes": out}
+        return {"shapes": [
+            reference_shape(s["name"], s.get("bytes"), s.get("flops"), s.get("roofline_s"), s.get("bound"),
+                            {b: s[b]["median_s"] for b in ("eager", "compile") if s.get(b)})
+            for s in shapes
+        ]}  # fmt: skip
     return None
 
 
-__all__ = ["CLASSES", "NEAR", "diagnose", "reference_analysis"]
+def reference_shape(
+    name: str, nbytes: Any, flops: Any, roofline_s: float | None, bound: str | None, medians: dict[str, float]
+) -> dict[str, Any]:
+    """One shape of the reference's analysis (`reference_analysis`; a draft's task before anything
+    was timed, `agent_jobs`): bytes, FLOPs, bound, roofline time, and each baseline's median time and
+    its fraction of the roofline, in microseconds."""
+    row: dict[str, Any] = {"shape": name, "bound": bound, "bytes": nbytes, "flops": flops}
+    if roofline_s:
+        row["roofline_us"] = round(roofline_s * 1e6, 2)
+    for b, median in medians.items():
+        row[f"{b}_us"] = round(median * 1e6, 2)
+        if roofline_s:
+            row[f"{b}_roofline_fraction"] = round(roofline_s / median, 3)
+    return row
+
+
+__all__ = ["CLASSES", "NEAR", "diagnose", "reference_analysis", "reference_shape"]
