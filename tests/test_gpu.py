@@ -166,3 +166,33 @@ def test_host_launch_overhead_is_not_timed_as_device_time() -> None:
         unheld = median_time()
     assert held < 60e-6, (held, unheld)
     assert unheld > 100e-6, (held, unheld)
+
+
+def test_the_flush_grows_only_into_a_quarter_of_the_workers_room() -> None:
+    """Under a worker's memory cap with 1 GiB left, a slow host asks for a 2 GiB flush: the buffer
+    grows by at most a quarter of the room, and the calls still get the rest (level 1's 17_ ran out of
+    memory at a re-measure when the flush took it all)."""
+    import torch
+
+    from kernelevolve.platforms.timers import CudaTimer
+
+    device = torch.device("cuda", 0)
+    timer = get_platform("cuda").make_timer(device)
+    assert isinstance(timer, CudaTimer) and timer.max_bytes >= 2 * 2**30
+    total = torch.cuda.get_device_properties(device).total_memory
+    held = torch.empty(2**28, device=device)  # 1 GiB in use before the cap
+    try:
+        torch.cuda.set_per_process_memory_fraction(
+            (torch.cuda.memory_allocated(device) + 2**30) / total, device
+        )
+        timer.enqueue_s.append(1.0)  # a host so slow that the flush would want its maximum
+        timer.flush()
+        grown = timer.buf.numel() * 4
+        assert timer.base_bytes < grown <= timer.base_bytes + 2**28, grown / 2**20
+        rest = torch.empty(2**27, dtype=torch.int32, device=device)  # 512 MiB for the calls
+        del rest
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        del held
+    timer.flush()  # the control: with the whole device as its room, the flush takes what it wants
+    assert timer.buf.numel() * 4 == timer.max_bytes // 4 * 4

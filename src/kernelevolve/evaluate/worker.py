@@ -227,14 +227,21 @@ SAMPLED_ELEMENTS = 1 << 22
 
 
 def _kept(outs: list[Any], inputs: list[Any], torch: Any, full: bool, sampler: Any) -> list[Any]:
-    """A trial's reference outputs as the worker keeps them: detached, copied only where one is (a
-    view of) an input (which is dropped); sampled where they are large and `full` is not asked."""
+    """A trial's reference outputs as the worker keeps them: detached; copied where one is (a view
+    of) an input (which is dropped) or a small view of a larger buffer (a loss's 0-dim result can be
+    a view into an input-sized temporary: six trials of level 1's 96_HuberLoss held 24 GiB that way);
+    sampled where they are large and `full` is not asked."""
     from kernelevolve.evaluate.correctness import Sampled
 
     if not full and sum(o.nbytes for o in outs) > LARGE_OUTPUT_BYTES:
         return [Sampled.of(o, SAMPLED_ELEMENTS, sampler) for o in outs]
     storages = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
-    return [o.detach().clone() if o.untyped_storage().data_ptr() in storages else o.detach() for o in outs]
+
+    def copied(o: Any) -> bool:
+        storage = o.untyped_storage()
+        return storage.data_ptr() in storages or storage.nbytes() > max(2 * o.nbytes, 1 << 20)
+
+    return [o.detach().clone() if copied(o) else o.detach() for o in outs]
 
 
 def _flops(ref: Any, probe: list[Any], st: ShapeState, backward: bool, torch: Any, count: Any) -> int:

@@ -57,8 +57,21 @@ class CudaTimer:
         want = int(2 * max(self.enqueue_s) * self.bytes_per_s)
         size = min(self.max_bytes, max(self.base_bytes, want)) // 4
         if size > self.buf.numel():
+            size = min(size, self.buf.numel() + self._room() // 4)
+        if size > self.buf.numel():
+            self.buf = self.torch.empty(0, dtype=self.torch.int32, device=self.device)  # the old one first
             self.buf = self.torch.empty(size, dtype=self.torch.int32, device=self.device)
         self.buf[:size].zero_()
+
+    def _room(self) -> int:
+        """Bytes the flush may grow by: a quarter of what this process may still allocate under its
+        memory cap (the worker's share of the device). A flush that took all of it, up to 2 GiB, left
+        level 1's 17_ out of memory at a re-measure."""
+        cuda = self.torch.cuda
+        total = cuda.get_device_properties(self.device).total_memory
+        fraction = getattr(cuda.memory, "get_per_process_memory_fraction", lambda _d: 1.0)(self.device)
+        left = int(fraction * total) - cuda.memory_allocated(self.device)
+        return max(0, min(left, cuda.mem_get_info(self.device)[0]) // 4)
 
     def sync(self) -> None:
         self.torch.cuda.synchronize(self.device)
