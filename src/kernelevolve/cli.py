@@ -51,6 +51,8 @@ def _progress() -> Any:
             err.print(f"[dim]{name}: static guards, then a prepared worker[/]")
         elif event == "phase":
             err.print(f"[dim]{name}: {escape(str(detail))}[/]")
+        elif event == "retry":
+            err.print(f"[yellow]{name}: {escape(str(detail))}[/]")
         elif event == "done":
             state["done"] += 1
             colour = "green" if detail.ok else "red"

@@ -97,7 +97,9 @@ class Settings:
     eval_retries: int = 1
     # Results above these are `suspicious`, never a win.
     suspicious_speedup: float = 10.0
-    roofline_margin: float = 1.05  # allowed excess over the datasheet roofline before flagging
+    roofline_margin: float = (
+        1.05  # allowed excess over the measured (and the datasheet) roofline before flagging
+    )
     # Profiling: which profilers refine a diagnosis ("auto": torch.profiler, plus ncu where present on
     # an NVIDIA GPU; "off": the roofline alone), and how long one profiling process may take. During a
     # search "auto" profiles new bests on GPUs only (on the CPU, torch.profiler sees nothing inside a C

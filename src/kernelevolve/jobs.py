@@ -53,11 +53,31 @@ def hardware_profile(
         cached = None if remeasure else ws.get_hardware_profile(key)
         if cached is not None:
             return cached, False
-        profile = measure_profile(platform, settings)
-        ws.put_hardware_profile(key, platform.name, profile.get("device", ""), profile)
+        store_profile(ws, platform, settings, measure_profile(platform, settings))
         stored = ws.get_hardware_profile(key)
         assert stored is not None
         return stored, True
+
+
+def store_profile(ws: Workspace, platform: Platform, settings: Settings, profile: dict[str, Any]) -> None:
+    """Store a measured hardware profile as this device's and software's, replacing the cached one (an
+    evaluator pool measures it again where a kernel was above its roofline: `EvaluatorPool`)."""
+    key = device_key(platform.identity(settings.device), platform.name)
+    ws.put_hardware_profile(key, platform.name, profile.get("device", ""), profile)
+
+
+def _storing_profile(
+    ws: Workspace, platform: Platform, settings: Settings, on_event: Progress | None
+) -> Progress:
+    """`on_event`, storing the profile that the pool's event "remeasured" carries."""
+
+    def handle(event: str, label: str, detail: Any) -> None:
+        if event == "remeasured":
+            store_profile(ws, platform, settings, detail)
+        if on_event:
+            on_event(event, label, detail)
+
+    return handle
 
 
 _PROFILE_LOCKS: dict[tuple[str, str], threading.Lock] = {}
@@ -144,7 +164,7 @@ def evaluate(
         sources = [(f.read_text(errors="replace"), str(f)) for f in files]
         with EvaluatorPool(
             spec, platform, settings, profile=profile, trusted_cache=trusted_cache(ws, spec, platform, settings),
-            on_event=on_event, static_guards=static_guards,
+            on_event=_storing_profile(ws, platform, settings, on_event), static_guards=static_guards,
         ) as pool:  # fmt: skip
             verdicts = []
             for (source, label), verdict in zip(sources, pool.evaluate_many(sources), strict=True):

@@ -22,7 +22,7 @@ from kernelevolve.config import Settings
 from kernelevolve.errors import SpecError, WorkspaceError
 from kernelevolve.evaluate import memory
 from kernelevolve.evaluate.executors import executor_slots
-from kernelevolve.jobs import _record_spec, hardware_profile, sized_for, trusted_cache
+from kernelevolve.jobs import _record_spec, hardware_profile, sized_for, store_profile, trusted_cache
 from kernelevolve.knowledge.patterns import aten_ops, classify
 from kernelevolve.platforms import Platform, get_platform, select
 from kernelevolve.search.context import EngineContext
@@ -45,7 +45,10 @@ def _context(
 ) -> EngineContext:
     profile, _ = hardware_profile(platform, settings, ws)
     trusted = trusted_cache(ws, spec, platform, settings)
-    return EngineContext(ws, spec, platform, settings, profile, trusted, out_dir, shapes)
+    return EngineContext(
+        ws, spec, platform, settings, profile, trusted, out_dir, shapes,
+        store_profile=lambda measured: store_profile(ws, platform, settings, measured),
+    )  # fmt: skip
 
 
 def _meter(synth: SynthConfig, limits: Limits, workspace: Path, run: dict[str, Any]) -> Any:

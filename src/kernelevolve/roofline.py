@@ -40,6 +40,15 @@ def flop_class(dtype: str | None, precision: str) -> str:
     return {"strict_fp32": "fp32", "tf32": "tf32", "low": "bf16"}[precision]
 
 
+def ceiling_flops(flops: dict[str, float], cls: str) -> float | None:
+    """The most FLOP/s an honest kernel of class `cls` can reach: strict fp32 may be computed as three
+    TF32 products (3xTF32 keeps fp32 accuracy) and so reach a third of the TF32 rate, above fp32's."""
+    peak = flops.get(cls)
+    if cls == "fp32" and flops.get("tf32"):
+        return max(peak or 0.0, flops["tf32"] / 3)
+    return peak
+
+
 def roofline(nbytes: float, flops: float, bandwidth: float, peak_flops: float | None) -> tuple[float, str]:
     """(least time in seconds, bound) for `nbytes` moved and `flops` done."""
     t_mem = nbytes / bandwidth

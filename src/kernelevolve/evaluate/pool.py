@@ -118,6 +118,11 @@ class EvaluatorPool:
         shares = gpu_shares(settings, platform.name)
         self.gpu_share: float | None = shares[0] if shares else None
         self.gpu_share_max: float | None = shares[1] if shares else None
+        # The hardware profile is measured again, once per pool, when a verdict's only flags are that
+        # it is above the measured roofline: a peak measured low (a busy machine, an old profile) is
+        # not believed over a kernel. The owner stores the new one (event "remeasured").
+        self._profile_lock = threading.Lock()
+        self._profile_remeasured = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -282,9 +287,10 @@ class EvaluatorPool:
         base: dict[str, Any],
         options: dict[str, Any],
     ) -> Verdict:
-        retries = 0
+        retries, remeasured = 0, False
         while True:
             asked = time.monotonic()
+            profile = self.profile
             try:
                 worker = self._take()
             except BaseException as exc:  # a spare killed while it was awaited, say
@@ -303,7 +309,7 @@ class EvaluatorPool:
                         "candidate_hash": digest,
                         "kind": kind,
                         "uses_load_inline": "load_inline" in source,
-                        "profile": self.profile,
+                        "profile": profile,
                         "graphs": dict(self.graphs),
                         "gpu_memory_fraction": share,  # a spare prepared under a smaller one
                         **{k: v for k, v in options.items() if v is not None},
@@ -327,6 +333,16 @@ class EvaluatorPool:
                                   f"; retrying with {self.gpu_share:.1%}")  # fmt: skip
                     continue
                 verdict.message += f" ({self._share_text(share, 'under')}, {self._share_remedy()})"
+            if _above_measured_roofline_only(verdict) and not self._closed:
+                if self._remeasure_profile(profile):  # the ceilings changed: judged again against them
+                    remeasured = True
+                    self.on_event("retry", label, "above the measured roofline; the hardware profile was "
+                                  "measured again, evaluating again against it")  # fmt: skip
+                    continue
+                if remeasured or self._profile_remeasured:
+                    verdict.message += (
+                        " (the hardware profile, measured again in this run, still puts it above)"
+                    )
             lost = self._lost_fitness_baseline(verdict)
             if killed_from_outside(outcome):
                 # Someone else's kill (an operator, a node's OOM killer reaping the biggest process) is
@@ -352,6 +368,20 @@ class EvaluatorPool:
         elif retries and not verdict.ok:
             verdict.message += f" (the same in {retries + 1} fresh workers)"
         return verdict
+
+    def _remeasure_profile(self, used: dict[str, Any] | None) -> bool:
+        """Measure the hardware profile again (once per pool, in a trusted worker under the device's
+        lease); True when the profile now differs from `used`, the one a verdict was judged by."""
+        with self._profile_lock:
+            if not self._profile_remeasured:
+                self._profile_remeasured = True
+                try:
+                    self.profile = measure_profile(self.platform, self.settings)
+                except HarnessError as exc:
+                    self.on_event("note", "hardware profile", f"measuring it again failed: {exc.message}")
+                    return False
+                self.on_event("remeasured", "hardware profile", self.profile)
+            return self.profile is not used
 
     def _raise_share(self, used: float) -> bool:
         """Give workers the larger memory share, if `used` was below it: True when it is larger now
@@ -482,6 +512,13 @@ def _primary_kind(report: StaticReport, platform: Platform) -> str | None:
     if untimed:
         return sorted(untimed)[0]
     return sorted(kinds)[0] if kinds else (sorted(report.kinds)[0] if report.kinds else None)
+
+
+def _above_measured_roofline_only(verdict: Verdict) -> bool:
+    """Whether the verdict's flags are all that a shape is above the measured roofline."""
+    from kernelevolve.evaluate.scoring import MEASURED_ROOFLINE
+
+    return bool(verdict.flags) and all(MEASURED_ROOFLINE in flag for flag in verdict.flags)
 
 
 def measure_profile(platform: Platform, settings: Settings) -> dict[str, Any]:

@@ -5,9 +5,9 @@
 - `fail`: a failed evaluation's verdict (not correct, not timed, fitness 0).
 - `score`: after timing (each shape's speedups are set there, `ShapeResult.speedups`), the overall
   speedups and the fitness against the selected baseline, the roofline per shape against the
-  measured hardware profile, and the suspicious checks: a candidate faster than the datasheet's
-  roofline allows, or faster than `suspicious_speedup` times a baseline, is flagged, its status
-  `suspicious` and its fitness 0: never silently accepted.
+  measured hardware profile, and the suspicious checks: a candidate above the measured roofline
+  or faster than the datasheet's allows, or faster than `suspicious_speedup` times a baseline, is
+  flagged, its status `suspicious` and its fitness 0: never silently accepted.
 
 Deliberately not here: measuring anything (`timing.py`, `trials.py`), and the weighting of shapes
 and the choice of the best baseline (`verdict.py`, which the store and reports share).
@@ -19,7 +19,7 @@ from kernelevolve.evaluate.inputs import DISTRIBUTIONS
 from kernelevolve.evaluate.messages import Ceilings
 from kernelevolve.evaluate.prepared import Prepared
 from kernelevolve.evaluate.verdict import Method, Status, Verdict, Violation
-from kernelevolve.roofline import flop_class, roofline
+from kernelevolve.roofline import ceiling_flops, flop_class, roofline
 
 
 def start_verdict(state: Prepared, kind: str) -> Verdict:
@@ -88,25 +88,47 @@ def score(v: Verdict, state: Prepared, profile: Ceilings | None) -> None:
         v.message += f" (fitness vs eager: {fallback_reason})"
 
 
+MEASURED_ROOFLINE = "of the measured roofline"  # in the flag of a shape above it (`EvaluatorPool` reads it)
+
+
+def above_measured_roofline(shape: str, fraction: float, profile: Ceilings) -> str:
+    return (
+        f"shape {shape}: {fraction:.0%} {MEASURED_ROOFLINE} ({profile.bandwidth / 1e9:.0f} GB/s measured): "
+        "it moves fewer bytes or does fewer FLOPs than the reference needs, or the measured peak is low"
+    )
+
+
 def _roofline(v: Verdict, state: Prepared, profile: Ceilings) -> list[str]:
     """Each shape's roofline time, bound and fraction, and the verdict's weighted fraction, against
-    the measured ceilings; returns the flags of shapes faster than the datasheet's roofline allows."""
+    the measured ceilings; returns the flags of shapes above the measured roofline (by more than
+    `roofline_margin`: on every platform, the CPU's too, which has no datasheet) or faster than the
+    datasheet's roofline allows. The pool re-measures the ceilings once where a verdict's only flags
+    are the measured roofline's (a peak measured low is not believed, `EvaluatorPool`)."""
     spec = state.spec
     cls = flop_class(spec.dtype, spec.precision)
+    margin = state.settings.roofline_margin
     flags: list[str] = []
     fractions = []
     for s in v.shapes:
         t_roof, bound = roofline(s.bytes or 0, s.flops or 0, profile.bandwidth, profile.flops.get(cls))
         s.roofline_s, s.bound = t_roof, bound
-        if s.candidate:
-            s.roofline_fraction = t_roof / s.candidate.median_s
-            fractions.append((s.weight, t_roof, s.candidate.median_s))
-        sheet_bw = profile.datasheet_bandwidth
-        if sheet_bw and s.candidate:
-            t_sheet, _ = roofline(s.bytes or 0, s.flops or 0, sheet_bw, profile.datasheet_flops.get(cls))
-            if s.candidate.median_s * state.settings.roofline_margin < t_sheet:
+        if not s.candidate:
+            continue
+        t = s.candidate.median_s
+        s.roofline_fraction = t_roof / t
+        fractions.append((s.weight, t_roof, t))
+        # The flags' ceilings: what an honest kernel of this precision can reach (`ceiling_flops`).
+        t_measured, _ = roofline(
+            s.bytes or 0, s.flops or 0, profile.bandwidth, ceiling_flops(profile.flops, cls)
+        )
+        if t_measured / t > margin:
+            flags.append(above_measured_roofline(s.name, t_measured / t, profile))
+        if profile.datasheet_bandwidth:
+            sheet = ceiling_flops(profile.datasheet_flops, cls)
+            t_sheet, _ = roofline(s.bytes or 0, s.flops or 0, profile.datasheet_bandwidth, sheet)
+            if t * margin < t_sheet:
                 flags.append(
-                    f"shape {s.name}: {s.candidate.median_s * 1e6:.1f} us is faster than the datasheet roofline "
+                    f"shape {s.name}: {t * 1e6:.1f} us is faster than the datasheet roofline "
                     f"allows ({t_sheet * 1e6:.1f} us for {s.bytes} bytes, {s.flops} FLOPs)"
                 )
     if fractions:

@@ -394,7 +394,9 @@ def main(argv: list[str] | None = None) -> None:
 
             chan.send("result", baselines=time_baselines(state, job, chan), errors=state.baseline_errors)
         elif isinstance(job, ProfileMsg):
-            chan.send("result", profile=state.platform.measure_profile(state.device).to_dict())
+            with _gpu_lease(state):  # no other worker's timing beside the measurement
+                profile = state.platform.measure_profile(state.device).to_dict()
+            chan.send("result", profile=profile)
         else:
             chan.send("error", message=f"unknown op {msg['op']!r}")
     except Exception as exc:  # a harness failure, reported as such, never as the candidate's verdict

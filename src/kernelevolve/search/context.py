@@ -39,6 +39,8 @@ class EngineContext:
     trusted_cache: Path | None
     out_dir: Path
     shapes: list[str] | None = None  # evaluate only these spec shapes (tuning one shape)
+    # Stores a hardware profile that a pool measured again (its kernel was above the roofline).
+    store_profile: Callable[[dict[str, Any]], None] | None = None
 
 
 __all__ = ["EngineContext", "Event"]

@@ -377,6 +377,8 @@ class Engine:
             self.emit("phase", {"label": label, "phase": detail})
         elif event == "retry":  # the label names what was retried (a node, a final re-measurement)
             self.emit("retry", {"label": label, "reason": detail})
+        elif event == "remeasured" and self.ctx.store_profile:  # the hardware profile, measured again
+            self.ctx.store_profile(detail)
 
     # -- the end ------------------------------------------------------------------------------------
 
