@@ -178,7 +178,7 @@ def test_the_flush_grows_only_into_a_quarter_of_the_workers_room() -> None:
 
     device = torch.device("cuda", 0)
     timer = get_platform("cuda").make_timer(device)
-    assert isinstance(timer, CudaTimer) and timer.max_bytes >= 2 * 2**30
+    assert isinstance(timer, CudaTimer) and timer.max_bytes > timer.base_bytes + 2**29  # 2 GiB on 80 GB
     total = torch.cuda.get_device_properties(device).total_memory
     held = torch.empty(2**28, device=device)  # 1 GiB in use before the cap
     try:

@@ -262,6 +262,35 @@ def test_refuses_convolution(tmp_path: Path) -> None:
     assert "convolution" in refused(path)
 
 
+@pytest.mark.parametrize("layer", ["LSTM", "GRU", "RNN"])
+def test_refuses_a_recurrent_layer_before_tracing_its_steps(tmp_path: Path, layer: str) -> None:
+    """A recurrent layer decomposes into a cell per step and layer: level 3's 6-layer LSTM over 512
+    steps took 39 s to trace on two cores, minutes on a loaded host. Tracing stops at the call (the
+    reason says so: a trace of the cells would end at their first unsupported op instead)."""
+    path = spec_file(
+        tmp_path,
+        f"""
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.{layer}(16, 32, 4, batch_first=True)
+                self.fc = nn.Linear(32, 8)
+
+            def forward(self, x):
+                out, _ = self.rnn(x)
+                return self.fc(out[:, -1, :])
+
+        def get_inputs():
+            return [torch.randn(4, 200, 16)]
+        """,
+    )
+    why = refused(path)
+    assert (
+        why
+        == f"aten.{ {'LSTM': 'lstm', 'GRU': 'gru', 'RNN': 'rnn_tanh'}[layer] } (a recurrent layer) is not templated"
+    )
+
+
 @pytest.mark.parametrize(
     ("forward", "reason"),
     [

@@ -56,7 +56,8 @@ GENERATORS: dict[str, tuple[str, str]] = {
 
 
 _TEMPLATES: dict[tuple[str, ...], tuple[list[Generated], str]] = {}
-_TEMPLATES_LOCK = threading.Lock()
+_TEMPLATES_LOCKS: dict[tuple[str, ...], threading.Lock] = {}  # one per key: specs trace side by side
+_TEMPLATES_GUARD = threading.Lock()
 
 
 def templates_for(spec: Spec, platform: str, kinds: Sequence[str] = ()) -> tuple[list[Generated], str]:
@@ -64,7 +65,9 @@ def templates_for(spec: Spec, platform: str, kinds: Sequence[str] = ()) -> tuple
     (the reference is not recognized, no generator covers it). Cached per spec fingerprint: tracing
     takes a second, and several tuners may serve one run."""
     key = (str(spec.path), spec.fingerprint, spec.precision, platform, *kinds)
-    with _TEMPLATES_LOCK:
+    with _TEMPLATES_GUARD:
+        lock = _TEMPLATES_LOCKS.setdefault(key, threading.Lock())
+    with lock:
         if key not in _TEMPLATES:
             _TEMPLATES[key] = _generate_templates(spec, platform, kinds)
         return _TEMPLATES[key]

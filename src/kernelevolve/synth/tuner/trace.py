@@ -91,9 +91,10 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
         args = list(inputs)
         for j, i in enumerate(tensor_idx):
             args[i] = flat[len(names) + j]
-        return torch.func.functional_call(
-            model, dict(zip(names, flat[: len(names)], strict=False)), tuple(args)
-        )
+        with _refusing_recurrent():
+            return torch.func.functional_call(
+                model, dict(zip(names, flat[: len(names)], strict=False)), tuple(args)
+            )
 
     table = core_aten_decompositions()
     aten = torch.ops.aten
@@ -105,6 +106,26 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
     sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
     forward_args = _forward_args(module.Model, len(inputs))
     return GraphMapper(gm, sources, forward_args).build(shape.name)
+
+
+# Recurrent layers decompose into one cell per step and layer (level 3's 6-layer LSTM over 512 steps:
+# 3072 cells, minutes of tracing on a loaded host, while the bench's other runs wait for the
+# templates' lock); no template covers them, so tracing stops where one is called.
+RECURRENT = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
+
+
+def _refusing_recurrent() -> Any:
+    """A torch function mode that raises `Unsupported` where a recurrent layer is called."""
+    from torch.overrides import TorchFunctionMode
+
+    class Refuse(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            name = getattr(func, "__name__", "")
+            if name in RECURRENT:
+                raise Unsupported(f"aten.{name} (a recurrent layer) is not templated")
+            return func(*args, **(kwargs or {}))
+
+    return Refuse()
 
 
 def _forward_args(model_cls: Any, n_inputs: int) -> list[str]:
