@@ -221,6 +221,38 @@ def test_a_slab_wise_comparison_judges_as_a_whole_one_does(monkeypatch: pytest.M
     assert compare(cases["same"], ref, tol, device="cpu").passed
 
 
+def test_the_probe_counts_the_references_working_memory_and_the_plan_adds_it(tmp_path: Path) -> None:
+    """A reference that makes two 64 MiB tensors from a 16 MiB input and returns a 64 KiB row
+    (level 2's 32_Conv2d_Scaling_Min: T = 1 GiB, 3.9 GiB made on the way, out of memory under a
+    9.6 GiB cap): the meta probe counts the peak of what it holds at once, views and in-place ops
+    not again, and the plan's need grows by it. The control: a reference that makes nothing."""
+    path = tmp_path / "wide.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Model(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        y = x.repeat(4, 1)  # 64 MiB\n"
+        "        z = y * 2.0  # 64 MiB more, both held\n"
+        "        z.add_(1.0)  # in place: nothing new\n"
+        "        w = x.detach()  # an alias of the input: nothing new\n"
+        "        return z.view(-1, 4096)[:1].clone()  # a view, then 16 KiB\n\n"
+        "def get_inputs():\n    return [torch.randn(1024, 4096)]\n"
+    )
+    spec = load_spec(path)
+    assert spec.work_bytes["default"] == 128 * 2**20 + 16 * 2**10
+    assert spec.intermediate_bytes("default") == 128 * 2**20
+    tensors, need = memory.worker_need(spec, "cuda")
+    assert need == 4 * tensors + 2 * 16 * 2**10 + 128 * 2**20 + memory.RUNTIME_BYTES["cuda"]
+    assert "the reference's working memory (0.1 GiB)" in memory.breakdown(spec, "cuda")
+    plain = tmp_path / "plain.py"
+    plain.write_text(
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return x.sum(dim=0)\n\n"
+        "def get_inputs():\n    return [torch.randn(1024, 4096)]\n"
+    )
+    assert load_spec(plain).intermediate_bytes("default") == 0
+
+
 def test_a_kept_reference_output_does_not_hold_the_buffer_it_is_a_view_of() -> None:
     """A loss's 0-dim result can be a view into an input-sized temporary (torch's smooth_l1_loss on
     the CPU is): kept as it is, six trials of level 1's 96_HuberLoss held 24 GiB of an H100."""

@@ -105,6 +105,9 @@ class Spec:
     inputs: dict[str, list[TensorInfo | str]] = field(default_factory=dict)
     outputs: dict[str, list[TensorInfo] | None] = field(default_factory=dict)
     param_bytes: dict[str, int | None] = field(default_factory=dict)
+    # The reference's own peak on meta: bytes of the tensors its forward makes and holds at once
+    # (intermediates and outputs; not inputs or parameters). None where it was not run on meta.
+    work_bytes: dict[str, int | None] = field(default_factory=dict)
     probe_notes: dict[str, str] = field(default_factory=dict)  # shapes not probed on meta alone, and why
     fingerprint: str = ""
 
@@ -125,6 +128,10 @@ class Spec:
             return None
         total = sum(_nbytes(t) for t in ins if isinstance(t, TensorInfo))
         return total + sum(_nbytes(t) for t in outs) + (self.param_bytes[shape] or 0)
+
+    def intermediate_bytes(self, shape: str) -> int:
+        """Bytes the reference's forward holds at its peak beyond its outputs (0 if not counted)."""
+        return max(0, (self.work_bytes.get(shape) or 0) - (self.output_bytes(shape) or 0))
 
     def output_bytes(self, shape: str) -> int | None:
         """Bytes of the outputs at one shape, if probing could count them."""
@@ -393,8 +400,9 @@ def _probe_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> None:
         b.numel() * b.element_size() for b in model.buffers()
     )
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _PeakOfNewTensors() as peak:
             out = model(*[_meta_cast(spec, x) for x in inputs])
+        spec.work_bytes[shape.name] = peak.bytes
     except Exception:
         # Data-dependent ops cannot run on meta; the worker checks the outputs on the device.
         out = _real_outputs(spec, module, shape, inputs, init)
@@ -403,6 +411,56 @@ def _probe_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> None:
             return
     outs = flatten_outputs(spec, out)
     spec.outputs[shape.name] = [TensorInfo(list(o.shape), _dtype_name(o.dtype)) for o in outs]
+
+
+class _PeakOfNewTensors:
+    """The peak of bytes held at once by the storages that the ops under it make (a view, an in-place
+    op or an `_unsafe_view` shares one, counted once), each counted until the last tensor seen on it
+    is freed: the reference forward's working memory on meta (a convolution's output and the product
+    of it, say, beside the inputs and parameters), which the memory plan adds to a worker's need
+    (`evaluate.memory.worker_need`)."""
+
+    def __enter__(self) -> _PeakOfNewTensors:
+        import weakref
+
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.bytes, live = 0, [0]
+        storages: dict[int, list[int]] = {}  # storage -> [tensors seen on it still alive, its bytes]
+        tracker = self
+
+        def freed(key: int) -> None:
+            entry = storages[key]
+            entry[0] -= 1
+            if entry[0] == 0:
+                live[0] -= entry[1]
+                del storages[key]
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                for t in out if isinstance(out, (tuple, list)) else (out,):
+                    if not isinstance(t, torch.Tensor):
+                        continue
+                    key = t.untyped_storage()._cdata
+                    if key not in storages:
+                        given = {a.untyped_storage()._cdata for a in args if isinstance(a, torch.Tensor)}
+                        if t._base is not None or key in given:
+                            continue  # a view or an alias of what existed before, or an op in place on it
+                        storages[key] = [0, t.untyped_storage().nbytes()]
+                        live[0] += storages[key][1]
+                    storages[key][0] += 1
+                    weakref.finalize(t, freed, key)
+                tracker.bytes = max(tracker.bytes, live[0])
+                return out
+
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._mode.__exit__(*exc)
 
 
 def _probe_inputs(spec: Spec, module: ModuleType, shape: ShapeSpec) -> list[Any]:

@@ -8,8 +8,10 @@ hold still: freed blocks there are reused but not given back, and a 640 MiB soft
 with torch's own memory; on an H100, KernelBench level 1's 19_ReLU, T = 12 GiB, took more than 3.3 T
 preparing and 7_Matmul_with_small_K 4 T, each failing at a cap the estimate of 3 T had set in a bench
 of several specs); on a GPU its outputs `OUTPUT_FACTOR` (2) times again, which matters where outputs
-dominate, as in a matmul with a small inner dimension; plus its runtime's own memory (a CUDA context,
-torch.compile's workspace, torch itself on the CPU):
+dominate, as in a matmul with a small inner dimension; plus the reference forward's working memory
+beyond its outputs, once (the meta probe counts the tensors it makes and holds at once:
+`Spec.intermediate_bytes`); plus its runtime's own memory (a CUDA context, torch.compile's
+workspace, torch itself on the CPU):
 - preparing: the inputs, the reference's outputs, and two trials' reference outputs kept whole (the
   other trials keep a sample of a large output: `worker._kept`);
 - checking a candidate: its inputs, its outputs, those two reference outputs (digests stand in for
@@ -70,8 +72,10 @@ def worker_need(spec: Any, platform: str) -> tuple[int, int]:
         size = spec.footprint_bytes(shape.name)
         if size is None:
             continue
-        held = factor(platform) * size + OUTPUT_FACTOR.get(platform, 2) * (
-            (outputs and outputs(shape.name)) or 0
+        held = (
+            factor(platform) * size
+            + OUTPUT_FACTOR.get(platform, 2) * ((outputs and outputs(shape.name)) or 0)
+            + _intermediates(spec, shape.name)
         )
         if held > peak or (held == peak and size > tensors):
             tensors, peak = size, held
@@ -88,15 +92,28 @@ def worker_floor(spec: Any, platform: str) -> int:
         size = spec.footprint_bytes(shape.name)
         if size is not None:
             extra = OUTPUT_FACTOR.get(platform, 2) * ((outputs and outputs(shape.name)) or 0)
-            floor = max(floor, FLOOR_FACTOR * size + extra)
+            floor = max(floor, FLOOR_FACTOR * size + extra + _intermediates(spec, shape.name))
     return floor + RUNTIME_BYTES.get(platform, RUNTIME_BYTES["cuda"])
+
+
+def _intermediates(spec: Any, shape: str) -> int:
+    """The reference forward's working memory beyond its outputs (the meta probe's count), held
+    once while it runs: level 2's 32_Conv2d_Scaling_Min holds T = 1 GiB and makes 3.9 GiB more (a
+    convolution's output and the scaled product of it), and ran out of a 9.6 GiB cap without it."""
+    counted = getattr(spec, "intermediate_bytes", None)
+    return int(counted(shape)) if counted else 0
 
 
 def breakdown(spec: Any, platform: str) -> str:
     """How `worker_need` came to its figure, for a message."""
     extra = OUTPUT_FACTOR.get(platform, 2)
     outputs = " and its outputs again" + (f" x {extra}" if extra != 1 else "") if extra else ""
-    return f"{factor(platform)} x that{outputs}, and {RUNTIME_BYTES.get(platform, RUNTIME_BYTES['cuda']) / GIB:.1f} GiB of its own"
+    largest = max((_intermediates(spec, shape.name) for shape in spec.shapes), default=0)
+    work = f", the reference's working memory ({largest / GIB:.1f} GiB)" if largest else ""
+    return (
+        f"{factor(platform)} x that{outputs}{work}, and "
+        f"{RUNTIME_BYTES.get(platform, RUNTIME_BYTES['cuda']) / GIB:.1f} GiB of its own"
+    )
 
 
 def factor(platform: str) -> int:
