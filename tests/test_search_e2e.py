@@ -319,10 +319,17 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path, monkeypatch: pyt
             by_path = await client.call_tool(
                 "submit", {"run_id": run_id, "node": 2, "path": str(again), "note": "the same kernel again"}
             )
+            # outside any run: a verdict, and a profile with its diagnosis
+            spec = str(SPECS / "softmax.py")
+            evaluated = await client.call_tool("eval", {"spec": spec, "source": C_SOFTMAX})
+            profiled = await client.call_tool("profile", {"spec": spec, "path": str(again)})
+            outside = (json.loads(evaluated.content[0].text), json.loads(profiled.content[0].text))
             return (names, json.loads(nxt.content[0].text), lint.content[0].text,
-                    json.loads(neither.content[0].text), json.loads(by_path.content[0].text))  # fmt: skip
+                    json.loads(neither.content[0].text), json.loads(by_path.content[0].text), outside)  # fmt: skip
 
-    names, nxt, lint, neither, by_path = asyncio.run(use_mcp())
+    names, nxt, lint, neither, by_path, (evaluated, profiled) = asyncio.run(use_mcp())
+    assert evaluated["status"] == "ok" and "status: ok" in evaluated["text"] and evaluated["fitness"] > 0
+    assert profiled["status"] == "ok" and profiled["diagnosis"]["class"] and profiled["metrics"]["profiler"]
     assert built == [run_id] and len(session) == 1  # four calls, one engine and pool
     session.close()
     assert len(session) == 0
@@ -338,6 +345,8 @@ def test_agent_next_submit_finish_and_mcp_tools(tmp_path: Path, monkeypatch: pyt
         "search_knowledge",
         "finish_run",
         "remeasure",
+        "eval",
+        "profile",
     } <= names
     assert nxt["node"] == 2 and nxt["parents"] == [1]  # the next node grows from the submitted one
     assert "What it changed: one row per thread, exp in place" in nxt["prompt"]  # the agent's note

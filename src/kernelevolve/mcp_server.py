@@ -9,6 +9,8 @@ The tools are the functions of `kernelevolve.agent_jobs` plus what an agent need
     submit(run_id, node, source | path, note)   the harness's verdict on a candidate for that node
     search_knowledge(query, platform)           knowledge snippets
     remeasure(run_id, node)                     a node's kernel measured again, live, in a fresh worker
+    eval(spec, source | path)                   a candidate's verdict outside any run (`kernelevolve eval`)
+    profile(spec, source | path, shape)         its profile and diagnosis (`kernelevolve profile`)
     finish_run(run_id)                          re-measure, write the best kernel, export and report
     list_runs()                                 the workspace's runs
 
@@ -168,6 +170,60 @@ def build_server(workspace: Path, platform: str | None = None, session: Any = No
         """Measure an evaluated node's kernel again, live, in a fresh worker: the number to trust before
         building on it. The node keeps the verdict it was ranked by."""
         result: dict[str, Any] = await call(agent.remeasure, workspace, run_id, node, session)
+        return result
+
+    def candidate_file(source: str | None, path: str | None, folder: Path) -> Path:
+        """The candidate as a file: `path`, or `source` written into `folder`."""
+        if (source is None) == (path is None):
+            raise WorkspaceError("give the candidate as `source` or as `path`, one of them")
+        if path is not None:
+            agent.read_candidate(Path(path))  # the missing-file message, as submit gives it
+            return Path(path)
+        file = folder / "candidate.py"
+        file.write_text(str(source))
+        return file
+
+    @server.tool(name="eval", annotations=records)
+    async def eval_candidate(spec: str, source: str | None = None, path: str | None = None) -> dict[str, Any]:
+        """Evaluate a candidate against a spec outside any run (a fresh worker): its verdict as text,
+        status and speedups. The evaluation is recorded in the workspace; no node is made."""
+
+        def go() -> dict[str, Any]:
+            import tempfile
+
+            from kernelevolve import jobs
+            from kernelevolve.config import load_settings
+            from kernelevolve.search.tools import describe_verdict
+
+            settings = load_settings(workspace, {"platform": platform})
+            with tempfile.TemporaryDirectory(prefix="kernelevolve-eval-") as tmp:
+                file = candidate_file(source, path, Path(tmp))
+                _, (verdict,) = jobs.evaluate(Path(spec), [file], settings)
+            v = verdict.to_dict()
+            return {"status": v["status"], "text": describe_verdict(v), "fitness": v["fitness"],
+                    "speedup_vs_eager": v["speedup_vs_eager"], "speedup_vs_compile": v["speedup_vs_compile"]}  # fmt: skip
+
+        result: dict[str, Any] = await call(go)
+        return result
+
+    @server.tool(annotations=records)
+    async def profile(
+        spec: str, source: str | None = None, path: str | None = None, shape: str | None = None
+    ) -> dict[str, Any]:
+        """Evaluate a candidate, and where it is correct profile it (ncu on NVIDIA GPUs, else
+        torch.profiler) at one shape (default: the heaviest): the diagnosis and the metrics."""
+
+        def go() -> dict[str, Any]:
+            import tempfile
+
+            from kernelevolve import jobs
+            from kernelevolve.config import load_settings
+
+            settings = load_settings(workspace, {"platform": platform})
+            with tempfile.TemporaryDirectory(prefix="kernelevolve-profile-") as tmp:
+                return jobs.profile_file(Path(spec), candidate_file(source, path, Path(tmp)), settings, shape)
+
+        result: dict[str, Any] = await call(go)
         return result
 
     @server.tool(annotations=records)
