@@ -87,7 +87,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # import its own package, its layer's others (no loop between them: the test below) and lower layers.
 LAYERS = [
     ["errors", "pyast", "config"],  # leaves
-    ["spec", "roofline", "tunables", "native"],  # values every part computes with
+    ["spec", "roofline", "tunables", "native", "integrity"],  # values; the harness's self-check
     ["store", "report", "export"],  # the workspace; what renders or exports its records
     ["platforms"],  # devices, their profiles and timers
     ["evaluate"],  # the harness

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import kernelevolve
+from kernelevolve import integrity
 from kernelevolve.errors import HarnessError, SpecError
 from kernelevolve.evaluate import bytecode, compile_cache, forkserver
 from kernelevolve.evaluate.lease import lease_dir
@@ -157,6 +158,7 @@ class WorkerHandle:
             gpu_memory_fraction=self.gpu_memory_fraction,
             settings=self.settings.to_dict(),
             report_modules=self.bytecode is not None and not bytecode.filled(self.bytecode),
+            harness_digest=integrity.check().digest,  # refused here already if modified
         )
         threading.Thread(target=self._await_ready, daemon=True, name="kernelevolve-worker-prepare").start()
         return self

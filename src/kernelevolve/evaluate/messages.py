@@ -77,6 +77,7 @@ class PrepareMsg:
     precision: str = "strict_fp32"
     gpu_memory_fraction: float | None = None  # as sent: the ready info reports it unchanged
     report_modules: bool = False  # list the modules imported so far (`bytecode.py`)
+    harness_digest: str | None = None  # the engine's harness (`integrity`): the worker's must be the same
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrepareMsg:
@@ -89,6 +90,7 @@ class PrepareMsg:
             precision=data.get("precision", "strict_fp32"),
             gpu_memory_fraction=data.get("gpu_memory_fraction"),
             report_modules=bool(data.get("report_modules")),
+            harness_digest=data.get("harness_digest"),
         )
 
 

@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kernelevolve import integrity
 from kernelevolve.config import Settings
 from kernelevolve.errors import HarnessError, SpecError
 from kernelevolve.evaluate import compile_cache
@@ -134,6 +135,7 @@ class EvaluatorPool:
         self.close()
 
     def start(self) -> None:
+        self.harness = integrity.check()  # a modified installed harness evaluates nothing
         with self._lock:
             self._top_up(self.settings.spares or 1)
 
@@ -414,6 +416,11 @@ class EvaluatorPool:
         return error if verdict.timed and error and name in self.baselines_seen else None
 
     def _verdict_from(self, outcome: Outcome, base: dict[str, Any], kind: str | None) -> Verdict:
+        verdict = self._outcome_verdict(outcome, base, kind)
+        verdict.method.harness = integrity.harness().label
+        return verdict
+
+    def _outcome_verdict(self, outcome: Outcome, base: dict[str, Any], kind: str | None) -> Verdict:
         s = self.settings
         if outcome.kind == "result" and outcome.message and "verdict" in outcome.message:
             verdict = Verdict.from_dict(outcome.message["verdict"])

@@ -8,7 +8,8 @@ known. A verdict is reused where all of these are the same:
 - what the worker is told that changes a verdict: `messages.WorkerSettings`'s fields (baselines,
   fitness baseline, seeds, timing budget and trials, precision, flags' thresholds) and the shapes
   evaluated;
-- the harness's method (`timing.METHOD_VERSION`) and kernelevolve's version.
+- the harness's method (`timing.METHOD_VERSION`), kernelevolve's version and the digest of its files
+  (`integrity`: a harness edited in between reuses nothing it made before).
 `reuse_key` is a digest of the last three; the verdict records it (`Method.key`), so a stored verdict is
 found again by (candidate hash, spec fingerprint, key).
 
@@ -39,12 +40,14 @@ REUSABLE = frozenset({Status.OK, Status.INCORRECT})
 def reuse_key(settings: dict[str, Any], identity: dict[str, Any], shapes: list[str] | None) -> str:
     """The digest a verdict is reused under; `settings` as `Settings.to_dict()` sends them."""
     import kernelevolve
+    from kernelevolve.integrity import harness
 
     worker = dataclasses.asdict(WorkerSettings.from_dict(settings))
     blob = json.dumps(
         {
             "method": METHOD_VERSION,
             "kernelevolve": kernelevolve.__version__,
+            "harness": harness(git=False).digest,
             "device": {k: identity.get(k) for k in sorted(identity)},
             "settings": worker,
             "shapes": sorted(shapes) if shapes else None,

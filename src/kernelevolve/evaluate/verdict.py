@@ -141,6 +141,9 @@ class Method:
     # that recorded it: a later evaluation under the same key may reuse it ("" where none was set)
     key: str = ""
     reused_from: int | None = None  # a reused verdict: the evaluation it is the verdict of
+    # the harness that judged it (`integrity.Harness.label`): installed and intact, or a working tree
+    # at a commit, dirty or not, with the digest of its files
+    harness: str | None = None
 
 
 @dataclass

@@ -59,6 +59,9 @@ def prepare(msg: PrepareMsg, notes: list[str]) -> Prepared:
     from kernelevolve.platforms import get_platform
 
     t0 = time.perf_counter()
+    from kernelevolve.integrity import check
+
+    harness = check(git=False, expected_digest=msg.harness_digest)  # before any spec or candidate
     platform = get_platform(msg.platform)
     device = torch.device(platform.device_string(msg.device_index))
     platform.setup(device, msg.precision)
@@ -77,6 +80,7 @@ def prepare(msg: PrepareMsg, notes: list[str]) -> Prepared:
             "target": platform.target(device),
             "versions": versions,
             "kernelevolve": kernelevolve.__version__,
+            "harness_digest": harness.digest,
         },
         lease_key=msg.lease_key,
     )
