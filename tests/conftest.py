@@ -10,6 +10,12 @@ from pathlib import Path
 
 import pytest
 
+# The store's sealing key (`store.seal`): the tests' own, not the user's.
+os.environ.setdefault(
+    "KERNELEVOLVE_SEAL_KEY_FILE",
+    str(Path(os.environ.get("TMPDIR", "/tmp")) / f"kernelevolve-tests-{os.getuid()}.key"),
+)
+
 from kernelevolve.config import Settings
 from kernelevolve.evaluate import EvaluatorPool
 from kernelevolve.platforms import get_platform

@@ -106,3 +106,85 @@ def test_a_worker_whose_files_differ_from_its_engines_prepares_nothing() -> None
     msg = PrepareMsg(platform="cpu", lease_key="x", settings=settings, harness_digest="0" * 64)
     with pytest.raises(HarnessError, match="changed after the engine started"):
         worker.prepare(msg, [])
+
+
+# -- verdicts bound to what was evaluated (store.seal) ---------------------------------------------
+
+
+def test_an_edited_verdict_row_and_a_replaced_blob_are_tampered_never_ranked(tmp_path: Path) -> None:
+    """What an agent with a shell would try on the workspace: raise a verdict's fitness in SQLite (the
+    evaluation row and the node's copy), swap the judged kernel's blob for another, insert a verdict
+    row of its own. Each is read back as `tampered`, with the reason, and never ranked; the restored
+    row verifies again (the control). The run's report gives the re-measured figures."""
+    import sqlite3
+    from dataclasses import replace
+
+    from kernelevolve import agent_jobs as agent
+    from kernelevolve.optimize import start
+    from kernelevolve.search.limits import Limits
+    from kernelevolve.search.policies import SearchConfig
+    from kernelevolve.search.tree import Tree
+    from kernelevolve.store import Workspace
+    from kernelevolve.synth import SynthConfig
+    from tests.conftest import EXAMPLES
+
+    c_softmax = (EXAMPLES / "softmax/c_rowsoftmax.py").read_text()
+    ws = tmp_path / "ws"
+    settings = replace(cpu_settings(tmp_path, timing_budget_s=0.3), workspace=ws)
+    run_id = start(
+        SPECS / "softmax.py", settings, SearchConfig(draft=1), Limits(budget=3), SynthConfig("agent")
+    )
+    agent.next_task(ws, run_id)
+    assert agent.submit(ws, run_id, 1, c_softmax, note="one row per thread")["status"] == "ok"
+
+    def node1() -> dict:
+        with Workspace.open(ws) as w:
+            rows = w.nodes(run_id)
+        return rows[0] | {"_tree_best": Tree.from_rows(rows).best()}
+
+    honest = node1()
+    assert honest["status"] == "ok" and honest["tampered"] is None and honest["_tree_best"].id == 1
+    eid, fitness = honest["evaluation_id"], honest["fitness"]
+    db = sqlite3.connect(ws / "kernelevolve.db")
+    db.execute("UPDATE evaluations SET fitness = 50.0 WHERE id = ?", (eid,))
+    db.execute("UPDATE nodes SET fitness = 50.0 WHERE run_id = ? AND id = 1", (run_id,))
+    db.commit()
+    forged = node1()
+    assert forged["status"] == "tampered" and forged["fitness"] == 0.0 and forged["_tree_best"] is None
+    assert "edited after it was written" in forged["message"]
+    db.execute("UPDATE evaluations SET fitness = ? WHERE id = ?", (fitness, eid))
+    db.commit()
+    assert node1()["status"] == "ok"  # the restored row verifies again; the node's own copy is not read
+    with Workspace.open(ws) as w:
+        blob = w.blobs.path(honest["candidate_hash"])
+    blob.write_text(c_softmax.replace("expf", "expf /* a faster kernel, swapped in */"))
+    swapped = node1()
+    assert swapped["status"] == "tampered" and "blob was replaced" in swapped["message"]
+    blob.write_text(c_softmax)
+    # a verdict row inserted without the store: it has no seal, and no later submit reuses it
+    db.execute(
+        "INSERT INTO evaluations (created_at, spec_fingerprint, candidate_hash, platform, device, status, "
+        "correct, speedup_vs_eager, speedup_vs_compile, fitness, verdict_json) SELECT created_at, "
+        "spec_fingerprint, candidate_hash, platform, device, status, correct, 9.0, 9.0, 9.0, verdict_json "
+        "FROM evaluations WHERE id = ?",
+        (eid,),
+    )
+    db.commit()
+    inserted = db.execute("SELECT max(id) FROM evaluations").fetchone()[0]
+    with Workspace.open(ws) as w:
+        assert "carries no seal" in (w.evaluation(inserted) or {})["tampered"]
+        row = w.evaluation(eid) or {}
+        key = row["verdict"]["method"]["key"]
+        found = w.reusable_evaluation(honest["candidate_hash"], row["spec_fingerprint"], key, {"ok"})
+        assert key and found is not None and found[0] == eid  # the newer, inserted row is passed over
+    # the run goes on with node 1 forged again: an honest node 2 is the best, and the report's figures
+    # are its final re-measure's
+    db.execute("UPDATE evaluations SET fitness = 50.0 WHERE id = ?", (eid,))
+    db.commit()
+    agent.next_task(ws, run_id, new=True)
+    assert agent.submit(ws, run_id, 2, c_softmax + "\n# node 2\n")["status"] == "ok"
+    summary = agent.finish(ws, run_id)
+    assert summary["best_node"] == 2 and summary["final"] is not None
+    assert summary["best_fitness"] == summary["final"]["fitness"]
+    report = Path(summary["report"]["markdown"]).read_text()
+    assert "fitness at search time" in report

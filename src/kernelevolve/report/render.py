@@ -173,7 +173,7 @@ def gather(run: dict[str, Any], nodes: Sequence[dict[str, Any]]) -> Facts:
     return Facts(
         title=f"kernelevolve run {run.get('run_id') or '-'}: {run.get('spec_name') or '-'}",
         header=_header(run, method, baseline),
-        headline=_headline(best, final, baseline),
+        headline=_headline(best, final, baseline, run if run.get("final") else None),
         final_from=final_from,
         shape_rows=[_shape_row(_dict(s)) for s in final.get("shapes") or []],
         baseline=baseline,
@@ -241,13 +241,24 @@ def _elapsed(run: dict[str, Any]) -> float | None:
     return (end - start).total_seconds()
 
 
-def _headline(best: dict[str, Any] | None, final: dict[str, Any], baseline: str) -> list[tuple[str, str]]:
+def _headline(
+    best: dict[str, Any] | None, final: dict[str, Any], baseline: str, remeasured: dict[str, Any] | None
+) -> list[tuple[str, str]]:
+    """The best node's figures; `remeasured` (the run's summary, where they come from its final
+    re-measure) adds the search-time fitness beside them, and their disagreement where it is beyond
+    the noise (`finish.remeasure_disagreement`)."""
     if best is None:
         return [("best node", "none: no candidate was correct")]
+    search = []
+    if remeasured is not None:
+        search = [("fitness at search time (its verdict then)", fmt_x(best.get("fitness")))]
+        if remeasured.get("remeasure_disagrees"):
+            search.append(("re-measure against search", f"flagged: {remeasured['remeasure_disagrees']}"))
     return [
         ("best node", f"{best.get('id')} ({best.get('mode') or '-'})"),
         ("status", str(final.get("status") or node_status(best))),
         (f"fitness (vs {baseline})", fmt_x(final.get("fitness", best.get("fitness")))),
+        *search,
         ("speedup vs the best baseline", fmt_x(final.get("speedup_vs_best", best.get("speedup_vs_best")))),
         ("speedup vs eager", fmt_x(final.get("speedup_vs_eager", best.get("speedup_vs_eager")))),
         ("speedup vs compile", fmt_x(final.get("speedup_vs_compile", best.get("speedup_vs_compile")))),

@@ -165,6 +165,7 @@ class FinishStep:
             if measured
             else None,
             "best_search_fitness": best.fitness if best else None,
+            "remeasure_disagrees": remeasure_disagreement(best, measured),
             "final_status": str(final.status) if final is not None else None,
             "final_message": final.message if final is not None and not final.ok else None,
             "best_candidate": str(best_path) if best_path else None,
@@ -219,6 +220,23 @@ class FinishStep:
         }  # fmt: skip
         paths = write_report(report_run, ws.nodes(self.run_id), self.ctx.out_dir)
         return {k: str(v) for k, v in paths.items()}
+
+
+def remeasure_disagreement(best: Any, measured: Verdict | None) -> str | None:
+    """Where the best node's final re-measurement (fresh workers) and its search-time verdict differ
+    beyond both measurements' spreads (at least `learning.SLOWER`): what was said, for the summary and
+    the report; None where they agree or either is missing. A number from the search that the
+    re-measure does not bear out is the one a report must not repeat."""
+    if best is None or measured is None or not best.fitness or not measured.fitness:
+        return None
+    noise = max(learning.SLOWER, (best.spread or 0.0) + (measured.spread or 0.0))
+    ratio = measured.fitness / best.fitness
+    if abs(ratio - 1) <= noise:
+        return None
+    return (
+        f"re-measured {measured.fitness:.3f}x against {best.fitness:.3f}x at search time ({ratio - 1:+.1%}), "
+        f"beyond both measurements' spreads ({noise:.1%}); the report's figures are the re-measure's"
+    )
 
 
 def shape_winners(tree: Tree, best: Any, min_gain: float) -> dict[str, int]:

@@ -338,3 +338,16 @@ def m005_bench_file_keys(conn: sqlite3.Connection) -> None:
     each done item, by which a resumed bench recognises a cached result without importing, probing
     and tracing the spec again (minutes for KernelBench level 3's models)."""
     _run(conn, "ALTER TABLE bench_items ADD COLUMN file_key TEXT NOT NULL DEFAULT ''")
+
+
+@migration
+def m006_evaluation_seals(conn: sqlite3.Connection) -> None:
+    """`evaluations.seal`: each evaluation row's HMAC under the user's key (`store.seal`), checked
+    wherever it is read. The rows already written predate the protection and are sealed as they are."""
+    from kernelevolve.store.seal import SEALED, seal
+
+    _run(conn, "ALTER TABLE evaluations ADD COLUMN seal TEXT")
+    columns = ", ".join(SEALED)
+    for row in conn.execute(f"SELECT id, {columns} FROM evaluations").fetchall():
+        fields = dict(zip(SEALED, row[1:], strict=True))
+        conn.execute("UPDATE evaluations SET seal = ? WHERE id = ?", (seal(fields), row[0]))

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kernelevolve.errors import WorkspaceError
+from kernelevolve.store.seal import SEALED
 
 NODE_STATES = ("created", "proposed", "evaluated", "failed")
 RUN_STATUSES = ("running", "done", "stopped", "failed")
@@ -51,6 +52,7 @@ class RunsMixin:
         def _write(self) -> AbstractContextManager[sqlite3.Connection]: ...
         def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]: ...
         def _insert_evaluation(self, conn: sqlite3.Connection, verdict: Mapping[str, Any]) -> int: ...
+        def tampered(self, row: Mapping[str, Any]) -> str | None: ...
 
     # -- runs -------------------------------------------------------------------------------------
 
@@ -266,14 +268,27 @@ class RunsMixin:
     def nodes(self, run_id: str, text: bool = False) -> list[dict[str, Any]]:
         """A run's nodes in creation order, with `source` (and with `text`, `prompt` and `response`)
         read back and `verdict` parsed where the node was evaluated."""
+        sealed = ", ".join(f"e.{name} AS e_{name}" for name in SEALED)
         rows = self._rows(
-            "SELECT n.*, e.verdict_json FROM nodes n LEFT JOIN evaluations e ON e.id = n.evaluation_id "
-            "WHERE n.run_id = ? ORDER BY n.id",
+            f"SELECT n.*, {sealed}, e.seal AS e_seal FROM nodes n LEFT JOIN evaluations e "
+            "ON e.id = n.evaluation_id WHERE n.run_id = ? ORDER BY n.id",
             (run_id,),
         )
         out = []
         for row in rows:
-            row["verdict"] = self._verdict(row["evaluation_id"], row.pop("verdict_json"))
+            evaluation = {name: row.pop(f"e_{name}") for name in (*SEALED, "seal")}
+            row["tampered"] = None
+            if row["evaluation_id"] is not None:
+                # A node is ranked by its sealed evaluation, not by the node's own copies of it.
+                row["tampered"] = self.tampered(evaluation)
+                row["status"], row["fitness"] = evaluation["status"], float(evaluation["fitness"] or 0.0)
+                row["speedup_vs_eager"] = evaluation["speedup_vs_eager"]
+                row["speedup_vs_compile"] = evaluation["speedup_vs_compile"]
+            if row["tampered"]:
+                row.update(status="tampered", fitness=0.0, speedup_vs_eager=None, speedup_vs_compile=None,
+                           message=f"tampered: evaluation {row['evaluation_id']}: {row['tampered']}", verdict=None)  # fmt: skip
+            else:
+                row["verdict"] = self._verdict(row["evaluation_id"], evaluation["verdict_json"])
             row["actions"] = json.loads(row.pop("actions_json") or "[]")
             diag = row.pop("diagnosis_json")
             row["diagnosis"] = json.loads(diag) if diag else None

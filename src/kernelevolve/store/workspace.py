@@ -37,6 +37,7 @@ from kernelevolve.store.blobs import BlobStore
 from kernelevolve.store.knowledge import KnowledgeMixin
 from kernelevolve.store.migrations import migrate
 from kernelevolve.store.runs import RunsMixin, _json, _now
+from kernelevolve.store.seal import SEALED, seal, verify
 
 DB_NAME = "kernelevolve.db"
 BUSY_TIMEOUT_S = 30.0
@@ -214,12 +215,12 @@ class Workspace(RunsMixin, KnowledgeMixin, BenchesMixin):
         What a key stands for, and which statuses may be reused, is the harness's (`evaluate.reuse`)."""
         wanted = set(statuses)
         rows = self._rows(
-            "SELECT id, status, verdict_json FROM evaluations WHERE candidate_hash = ? AND spec_fingerprint = ? "
-            "ORDER BY id DESC",
+            f"SELECT id, {', '.join(SEALED)}, seal FROM evaluations WHERE candidate_hash = ? "
+            "AND spec_fingerprint = ? ORDER BY id DESC",
             (candidate_hash, spec_fingerprint),
         )
         for row in rows:
-            if row["status"] not in wanted:
+            if row["status"] not in wanted or self.tampered(row):  # a forged verdict is never reused
                 continue
             verdict = json.loads(row["verdict_json"])
             if key and (verdict.get("method") or {}).get("key") == key:
@@ -232,24 +233,23 @@ class Workspace(RunsMixin, KnowledgeMixin, BenchesMixin):
         cand = verdict.get("candidate_hash") or None
         method = verdict.get("method") or {}
         fitness = verdict.get("fitness")
+        row = {
+            "spec_fingerprint": spec_fp,
+            "candidate_hash": cand,
+            "platform": verdict.get("platform") or None,
+            "device": method.get("device") or None,
+            "status": str(verdict["status"]),
+            "correct": int(bool(verdict.get("correct", False))),
+            "speedup_vs_eager": verdict.get("speedup_vs_eager"),
+            "speedup_vs_compile": verdict.get("speedup_vs_compile"),
+            "fitness": None if fitness is None else float(fitness),
+            "verdict_json": _json(dict(verdict)),
+        }
         try:
             cursor = conn.execute(
-                "INSERT INTO evaluations (created_at, spec_fingerprint, candidate_hash, platform, device, "
-                "status, correct, speedup_vs_eager, speedup_vs_compile, fitness, verdict_json) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    _now(),
-                    spec_fp,
-                    cand,
-                    verdict.get("platform") or None,
-                    method.get("device") or None,
-                    str(verdict["status"]),
-                    int(bool(verdict.get("correct", False))),
-                    verdict.get("speedup_vs_eager"),
-                    verdict.get("speedup_vs_compile"),
-                    None if fitness is None else float(fitness),
-                    _json(dict(verdict)),
-                ),
+                f"INSERT INTO evaluations (created_at, {', '.join(SEALED)}, seal) "
+                f"VALUES (?, {', '.join('?' for _ in SEALED)}, ?)",
+                (_now(), *(row[name] for name in SEALED), seal(row)),
             )
         except sqlite3.IntegrityError as e:  # a foreign key: the spec or candidate was never recorded
             raise WorkspaceError(
@@ -259,8 +259,17 @@ class Workspace(RunsMixin, KnowledgeMixin, BenchesMixin):
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
-    @staticmethod
-    def _evaluation_row(row: dict[str, Any]) -> dict[str, Any]:
+    def tampered(self, row: Mapping[str, Any]) -> str | None:
+        """Why a stored evaluation row (its `SEALED` columns and `seal`) is not what was written, or
+        None: a field edited, a row written without the store, its candidate's blob replaced."""
+        digest = row.get("candidate_hash")
+        blob = None
+        if digest and self.blobs.has(digest):
+            blob = self.blobs.get(digest)
+        return verify(row, blob)
+
+    def _evaluation_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        row["tampered"] = self.tampered(row)
         row["correct"] = bool(row["correct"])
         return _parse(row, "verdict_json", "verdict")
 
