@@ -193,6 +193,8 @@ def test_bench_json_has_results_and_summary(bench_run: dict[str, Any]) -> None:
         assert key in r
     assert r["correct"] is True and r["speedup_vs_eager"] >= 1.0 and r["candidates"] == 2
     assert r["speedup_vs_compile"] is None  # not measured in this workspace (eager only)
+    # the re-measured fitness beside the search-time one; a disagreement beyond the noise would be said
+    assert r["fitness"] > 0 and r["search_fitness"] > 0 and "remeasure_disagrees" in r
     for key in ("fast_1_vs_compile", "geomean_vs_eager", "geomean_vs_compile", "fast_0_vs_eager"):
         assert key in doc["summary"]
     assert doc["summary"]["specs"] == 1 and doc["summary"]["correctness_rate"] == 1.0

@@ -324,3 +324,21 @@ def test_a_profile_runs_beside_the_search_where_the_device_allows_it(monkeypatch
     inline = profiling.NewBestProfiler(ctx, "run", 1, 12, lambda: 2, lambda event, data: None)
     inline.offer(node(4))  # release is set: it returns once the profile has ended
     assert profiled[-1] == "kernel 4" and written[-1][0] == 4
+
+
+def test_a_remeasure_apart_from_the_search_beyond_both_spreads_is_said() -> None:
+    """The final re-measure (fresh workers) against the best node's search-time verdict: a 25% drop is
+    said, with both figures; a 1.5% one inside the spreads is not; a noisy search (20% spread) widens
+    what counts as agreement."""
+    from types import SimpleNamespace
+
+    from kernelevolve.search.finish import remeasure_disagreement
+
+    def node(fitness: float, spread: float) -> SimpleNamespace:
+        return SimpleNamespace(fitness=fitness, spread=spread)
+
+    said = remeasure_disagreement(node(2.0, 0.01), node(1.5, 0.01))
+    assert said is not None and "1.500x against 2.000x" in said and "-25.0%" in said
+    assert remeasure_disagreement(node(2.0, 0.01), node(1.97, 0.01)) is None
+    assert remeasure_disagreement(node(2.0, 0.2), node(1.5, 0.1)) is None
+    assert remeasure_disagreement(None, node(1.5, 0.01)) is None

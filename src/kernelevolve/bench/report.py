@@ -36,6 +36,8 @@ COLUMNS = (
     ("vs compile", "speedup_vs_compile"),
     ("kernel vs eager", "kernel_speedup_vs_eager"),
     ("kernel vs compile", "kernel_speedup_vs_compile"),
+    ("fitness (re-measured)", "fitness"),
+    ("at search", "search_fitness"),
     ("roofline", "roofline_fraction"),
     ("shapes on kernel", "shapes_dispatched"),
     ("candidates", "candidates"),
@@ -79,7 +81,7 @@ def cell(key: str, value: Any) -> str:
         return "-" if value is None else f"{value:,.1f}"
     if key == "correct":
         return "yes" if value else "no"
-    if key.startswith(("speedup", "kernel_speedup")):
+    if key.startswith(("speedup", "kernel_speedup")) or key in ("fitness", "search_fitness"):
         return fmt_x(value)
     if key == "roofline_fraction":
         return fmt_pct(value)
@@ -143,6 +145,10 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if flagged:
         lines += ["", "## Flagged for review", ""]
         lines += [f"- {md(r['name'])}: {md('; '.join(r['flags']), 300)}" for r in flagged]
+    disagree = [r for r in doc["results"] if r.get("remeasure_disagrees")]
+    if disagree:
+        lines += ["", "## Re-measured apart from the search (the figures above are the re-measure's)", ""]
+        lines += [f"- {md(r['name'])}: {md(r['remeasure_disagrees'], 300)}" for r in disagree]
     held = [r for r in doc["results"] if r.get("suspicious")]
     if held:
         lines += ["", "## Candidates flagged suspicious (not ranked; they need review)", ""]

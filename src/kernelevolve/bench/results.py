@@ -80,6 +80,10 @@ def result_row(
         "speedup_vs_compile": delivered(summary, "compile") if correct else None,
         "kernel_speedup_vs_eager": summary.get("best_speedup_vs_eager") if correct else None,
         "kernel_speedup_vs_compile": summary.get("best_speedup_vs_compile") if correct else None,
+        # the best kernel's fitness re-measured in fresh workers, beside its verdict at search time
+        "fitness": summary.get("best_fitness") if correct else None,
+        "search_fitness": summary.get("best_search_fitness") if correct else None,
+        "remeasure_disagrees": summary.get("remeasure_disagrees"),
         "roofline_fraction": roofline,
         "shapes_dispatched": sum(1 for e in dispatch.values() if e.get("node") is not None),
         "shapes": [{**s, "dispatch_node": (dispatch.get(s["shape"]) or {}).get("node")} for s in shapes],
