@@ -1,7 +1,7 @@
 """Drive kernelevolve's MCP server over stdio, as a coding agent's MCP client does: issue I's proof.
 
     python benchmarks/agent_drive.py --workspace WS --problems DIR --round ROUND --out OUT \
-        [--budget 6] [--drafts 3] [--ahead 3] [--finish]
+        [--budget 6] [--drafts 3] [--ahead 3] [--parallel N] [--finish]
 
 The server is `kernelevolve mcp --workspace WS`, started as a subprocess and spoken to through the
 official `mcp` client, exactly as Claude Code, Codex or Cursor would (README, "Use it from Claude
@@ -83,40 +83,45 @@ async def drive(args: argparse.Namespace) -> list[dict[str, Any]]:
         return result
 
     problems = sorted(p for p in args.round.iterdir() if p.is_dir()) if args.round else []
-    async with Client(server, read_timeout_seconds=1800) as client:
-        for folder in problems:
-            problem = folder.name
-            level, stem = problem.split("__", 1)
+    gate = asyncio.Semaphore(max(1, args.parallel))
+
+    async def drive_problem(client: Any, folder: Path) -> None:
+        """One problem's calls, in turn: its run started (once), each candidate's task and submit."""
+        problem = folder.name
+        level, stem = problem.split("__", 1)
+        if problem not in runs:
             spec = args.problems / level / f"{stem}.py"
-            if problem not in runs:
-                started = await timed(client, problem, "start_run",
-                                      {"spec": str(spec), "budget": args.budget, "drafts": args.drafts})  # fmt: skip
-                if "run_id" not in started:
-                    continue
-                runs[problem] = started["run_id"]
-                runs_file.write_text(json.dumps(runs, indent=1))
-            run_id = runs[problem]
-            notes = (
-                json.loads((folder / "notes.json").read_text()) if (folder / "notes.json").is_file() else {}
-            )
-            for file in sorted(folder.glob("node*.py"), key=lambda f: int(f.stem[4:])):
-                node = int(file.stem[4:])
-                task = await timed(client, problem, "next_task", {"run_id": run_id})
-                while isinstance(task, dict) and task.get("node") is not None and task["node"] < node:
-                    task = await timed(client, problem, "next_task", {"run_id": run_id, "new": True})
-                if not isinstance(task, dict) or task.get("node") != node:
-                    print(f"  {problem}: node {node} was not issued ({task}); skipped", flush=True)
-                    continue
-                (out / "tasks" / f"{problem}-node{node}.md").write_text(task.get("prompt", ""))
-                await timed(client, problem, "submit",
-                            {"run_id": run_id, "node": node, "path": str(file.resolve()), "note": notes.get(file.name)})  # fmt: skip
-            if not args.finish:
-                for _ in range(args.ahead):
-                    task = await timed(client, problem, "next_task", {"run_id": run_id, "new": True})
-                    if isinstance(task, dict) and task.get("node") is not None and not task.get("done"):
-                        (out / "tasks" / f"{problem}-node{task['node']}.md").write_text(
-                            task.get("prompt", "")
-                        )
+            started = await timed(client, problem, "start_run",
+                                  {"spec": str(spec), "budget": args.budget, "drafts": args.drafts})  # fmt: skip
+            if "run_id" not in started:
+                return
+            runs[problem] = started["run_id"]
+            runs_file.write_text(json.dumps(runs, indent=1))
+        run_id = runs[problem]
+        notes = json.loads((folder / "notes.json").read_text()) if (folder / "notes.json").is_file() else {}
+        for file in sorted(folder.glob("node*.py"), key=lambda f: int(f.stem[4:])):
+            node = int(file.stem[4:])
+            task = await timed(client, problem, "next_task", {"run_id": run_id})
+            while isinstance(task, dict) and task.get("node") is not None and task["node"] < node:
+                task = await timed(client, problem, "next_task", {"run_id": run_id, "new": True})
+            if not isinstance(task, dict) or task.get("node") != node:
+                print(f"  {problem}: node {node} was not issued ({task}); skipped", flush=True)
+                continue
+            (out / "tasks" / f"{problem}-node{node}.md").write_text(task.get("prompt", ""))
+            await timed(client, problem, "submit",
+                        {"run_id": run_id, "node": node, "path": str(file.resolve()), "note": notes.get(file.name)})  # fmt: skip
+        if not args.finish:
+            for _ in range(args.ahead):
+                task = await timed(client, problem, "next_task", {"run_id": run_id, "new": True})
+                if isinstance(task, dict) and task.get("node") is not None and not task.get("done"):
+                    (out / "tasks" / f"{problem}-node{task['node']}.md").write_text(task.get("prompt", ""))
+
+    async def gated(client: Any, folder: Path) -> None:
+        async with gate:
+            await drive_problem(client, folder)
+
+    async with Client(server, read_timeout_seconds=1800) as client:
+        await asyncio.gather(*(gated(client, folder) for folder in problems))
         if args.finish:
             for problem, run_id in sorted(runs.items()):
                 summary = await timed(client, problem, "finish_run", {"run_id": run_id})
@@ -153,6 +158,9 @@ def main() -> None:
     ap.add_argument("--drafts", type=int, default=3)
     ap.add_argument("--ahead", type=int, default=3, help="tasks issued per run for the next round")
     ap.add_argument("--finish", action="store_true")
+    ap.add_argument(
+        "--parallel", type=int, default=1, help="problems driven at once (each one's calls in turn)"
+    )
     args = ap.parse_args()
     calls = asyncio.run(drive(args))
     print(table(calls))

@@ -206,3 +206,44 @@ def test_softmax_configs_are_correct(softmax_pool: EvaluatorPool, cfg: dict[str,
     # as implausible (an eager call slowed 20x by a neighbour), which is `suspicious`, still correct.
     assert v.status in (Status.OK, Status.SUSPICIOUS), v.message
     assert v.correct is True
+
+
+# -- the exponential family: elu, selu, celu (expm1) and softplus, mish (log1p) ------------------------
+
+ACTIVATIONS = {
+    "elu": "F.elu(x, alpha=1.3)",
+    "selu": "torch.selu(x)",
+    "celu": "F.celu(x, alpha=0.7)",
+    "softplus": "F.softplus(x)",
+    "mish": "F.mish(x)",
+}
+
+
+def test_the_exponential_family_is_templated_and_correct_in_c(tmp_path: Path) -> None:
+    """Level 1's 27_SELU_, 29_Softplus and 31_ELU and level 2's Mish chains were not templated
+    (`aten.elu`, `aten.log1p`); now each traces to expm1 or log1p and the C template is correct under
+    the harness, inputs drawn around 0, where a plain exp(x) - 1 or log(1 + x) loses digits."""
+    from kernelevolve import jobs
+
+    files = []
+    for name, expr in ACTIVATIONS.items():
+        spec = tmp_path / f"{name}.py"
+        spec.write_text(
+            "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+            f"class Model(nn.Module):\n    def forward(self, x):\n        return {expr}\n\n"
+            "def get_inputs():\n    return [torch.randn(64, 1000) * torch.logspace(-7, 1, 1000)]\n"
+        )
+        graph = graph_for_path(spec)
+        assert {"expm1", "log1p"} & {op.op for op in graph.ops}, (name, [op.op for op in graph.ops])
+        cand = tmp_path / f"{name}_c.py"
+        cand.write_text(c_codegen.generate(graph).source)
+        files.append((spec, cand))
+    for spec, cand in files:
+        _, (verdict,) = jobs.evaluate(spec, [cand], cpu_settings(tmp_path, timing_budget_s=0.2))
+        assert verdict.correct, (spec.stem, verdict.message)
+
+
+def graph_for_path(path: Path) -> OpGraph:
+    graph, why = recognize(load_spec(path))
+    assert graph is not None, why
+    return graph

@@ -34,7 +34,8 @@ SPECS = Path(__file__).parent / "specs"
 
 def ops_graph() -> OpGraph:
     x, y = TensorArg("x", "input:0", "full"), TensorArg("y", "input:1", "full")
-    ops = [Op("p0", "abs", ("x",)), Op("p", "add", ("p0", 0.1)), Op("lk", "mul", (0.01, "x"))]
+    ops = [Op("p0", "abs", ("x",)), Op("p", "add", ("p0", 0.1)), Op("lk", "mul", (0.01, "x")),
+           Op("tiny", "mul", ("x", 1e-6))]  # fmt: skip
     outs: list[tuple[str, tuple[Any, ...]]] = [
         ("add", ("x", "y")), ("sub", ("x", "y")), ("mul", ("x", "y")), ("div", ("x", "p")),
         ("maximum", ("x", "y")), ("minimum", ("x", "y")),
@@ -46,6 +47,7 @@ def ops_graph() -> OpGraph:
         ("sigmoid", ("x",)), ("relu", ("x",)), ("erf", ("x",)), ("silu", ("x",)), ("gelu", ("x",)),
         ("gelu_tanh", ("x",)), ("clamp", ("x", -0.5, None)), ("clamp", ("x", -0.5, 0.7)),
         ("where_gt0", ("x", "x", "lk")),
+        ("log1p", ("p",)), ("log1p", ("tiny",)), ("expm1", ("x",)), ("expm1", ("tiny",)),
     ]  # fmt: skip
     ops += [Op(f"o{i}", name, args) for i, (name, args) in enumerate(outs)]
     return OpGraph(

@@ -15,6 +15,7 @@ class Model(nn.Module):
             x.tanh(), x.sigmoid(), x.relu(), torch.erf(x), F.silu(x), F.gelu(x),
             F.gelu(x, approximate="tanh"), x.clamp(min=-0.5), x.clamp(-0.5, 0.7),
             torch.where(x > 0, x, 0.01 * x),
+            torch.log1p(p), torch.log1p(x * 1e-6), torch.expm1(x), torch.expm1(x * 1e-6),
         )  # fmt: skip
 
 

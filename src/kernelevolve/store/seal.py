@@ -68,16 +68,15 @@ def seal(row: Mapping[str, Any]) -> str:
     return hmac.new(key(), message, hashlib.sha256).hexdigest()
 
 
-def verify(row: Mapping[str, Any], blob: bytes | None) -> str | None:
-    """Why the row read back is not what was sealed, or None. `blob`: the candidate's stored bytes
-    (None where the row names no candidate)."""
+def verify(row: Mapping[str, Any], blob_ok: bool = True) -> str | None:
+    """Why the row read back is not what was sealed, or None. `blob_ok`: whether the candidate's
+    stored blob still hashes to the row's candidate hash (the store checks it)."""
     stored = row.get("seal")
     if not stored:
         return "it carries no seal (written by something other than kernelevolve's store)"
     if not hmac.compare_digest(str(stored), seal(row)):
         return "its fields no longer match its seal (edited after it was written)"
-    digest = row.get("candidate_hash")
-    if digest and blob is not None and hashlib.sha256(blob).hexdigest() != digest:
+    if not blob_ok:
         return "its candidate's blob was replaced after it was judged (the blob no longer hashes to it)"
     return None
 

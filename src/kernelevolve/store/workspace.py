@@ -33,7 +33,7 @@ from typing import Any
 
 from kernelevolve.errors import WorkspaceError
 from kernelevolve.store.benches import BenchesMixin
-from kernelevolve.store.blobs import BlobStore
+from kernelevolve.store.blobs import BlobStore, digest_of
 from kernelevolve.store.knowledge import KnowledgeMixin
 from kernelevolve.store.migrations import migrate
 from kernelevolve.store.runs import RunsMixin, _json, _now
@@ -263,10 +263,19 @@ class Workspace(RunsMixin, KnowledgeMixin, BenchesMixin):
         """Why a stored evaluation row (its `SEALED` columns and `seal`) is not what was written, or
         None: a field edited, a row written without the store, its candidate's blob replaced."""
         digest = row.get("candidate_hash")
-        blob = None
+        blob_ok = True
         if digest and self.blobs.has(digest):
-            blob = self.blobs.get(digest)
-        return verify(row, blob)
+            # The engine reads its tree before every decision: a blob is hashed again only when its
+            # file changed (size or modification time), not at every read.
+            st = self.blobs.path(digest).stat()
+            key = (digest, st.st_size, st.st_mtime_ns)
+            cache: dict[tuple[str, int, int], bool] = self.__dict__.setdefault("_blob_checked", {})
+            if key not in cache:
+                if len(cache) > 8192:
+                    cache.clear()
+                cache[key] = digest_of(self.blobs.get(digest)) == digest
+            blob_ok = cache[key]
+        return verify(row, blob_ok)
 
     def _evaluation_row(self, row: dict[str, Any]) -> dict[str, Any]:
         row["tampered"] = self.tampered(row)

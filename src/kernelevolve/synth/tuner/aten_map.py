@@ -73,7 +73,7 @@ _VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "
 _TRANSPOSES = {"t", "permute", "transpose"}
 _UNARY = {"neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
           "reciprocal": "reciprocal", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf",
-          "silu": "silu", "square": "square"}  # fmt: skip
+          "silu": "silu", "square": "square", "log1p": "log1p", "expm1": "expm1"}  # fmt: skip
 _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum"}
 _COMPARE = {"gt", "lt", "ge", "le"}
 _FOLD: dict[str, Callable[..., Any]] = {
@@ -339,6 +339,19 @@ class GraphMapper:
             x = self.read(args[0])
             self.check_arg(x, shape)
             return _Val(self.new("clamp", (x.ref, lo, hi)), x.layout, shape)
+        if name == "elu":  # scale * (x if x > 0 else alpha * expm1(input_scale * x)): elu, selu, celu
+            given = [*args[1:4], *(None,) * (4 - len(args))]
+            alpha, scale, input_scale = (
+                kw.get(key, value if value is not None else 1.0)
+                for key, value in zip(("alpha", "scale", "input_scale"), given, strict=True)
+            )
+            if not all(isinstance(c, int | float) for c in (alpha, scale, input_scale)):
+                raise Unsupported("elu with tensor constants is not templated")
+            inner = args[0] if input_scale == 1 else self.elementwise("mul", [args[0], input_scale], shape)
+            expm1 = self.elementwise("expm1", [inner], shape)
+            neg = self.elementwise("mul", [expm1, float(alpha) * float(scale)], shape)
+            pos = args[0] if scale == 1 else self.elementwise("mul", [args[0], scale], shape)
+            return self.elementwise("where_gt0", [args[0], pos, neg], shape)
         if name == "leaky_relu":
             slope = args[1] if len(args) > 1 else 0.01
             scaled = self.elementwise("mul", [args[0], slope], shape)

@@ -204,6 +204,7 @@ def _expr(op: Op, ref: dict[str, str]) -> str:
     table = {
         "maximum": "ke_max({0}, {1})", "minimum": "ke_min({0}, {1})", "pow": "powf({0}, {1})",
         "neg": "(-{0})", "abs": "fabsf({0})", "exp": "KE_EXP({0})", "log": "logf({0})",
+        "log1p": "log1pf({0})", "expm1": "expm1f({0})",
         "sqrt": "sqrtf({0})", "rsqrt": "(1.0f / sqrtf({0}))", "reciprocal": "(1.0f / {0})",
         "square": "({0} * {0})", "tanh": "KE_TANH({0})", "sigmoid": "KE_SIGMOID({0})",
         "relu": "({0} > 0.0f ? {0} : 0.0f)", "erf": "KE_ERF({0})",

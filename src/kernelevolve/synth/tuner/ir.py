@@ -32,6 +32,7 @@ ELEMENTWISE_OPS: dict[str, int] = {
     "add": 2, "sub": 2, "mul": 2, "div": 2, "maximum": 2, "minimum": 2,
     "pow": 2,  # pow(x, c) with a constant exponent
     "neg": 1, "abs": 1, "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "reciprocal": 1, "square": 1,
+    "log1p": 1, "expm1": 1,  # accurate near 0: softplus and mish (log1p), elu and selu (expm1)
     "tanh": 1, "sigmoid": 1, "relu": 1, "erf": 1, "silu": 1,
     "gelu": 1,  # exact: 0.5 * x * (1 + erf(x / sqrt(2)))
     "gelu_tanh": 1,  # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))

@@ -157,6 +157,12 @@ def op_expr(op: Op, names: Names) -> str:
         "abs": f"tl.abs({a})",
         "exp": f"tl.exp({a})",
         "log": f"tl.log({a})",
+        # log1p(a) = log(u) - ((u - 1) - a) / u with u = 1 + a (Goldberg): the rounding of 1 + a is
+        # undone, so a tiny a gives a, not 0; at a = -1, -inf.
+        "log1p": f"tl.where({a} == -1.0, -float('inf'), tl.log(1.0 + {a}) - ((1.0 + {a}) - 1.0 - {a}) / (1.0 + {a}))",
+        # expm1(a): (u - 1) * a / log(u) with u = exp(a) near 0 (Kahan; a itself where u rounds to 1),
+        # u - 1 elsewhere, where it loses nothing.
+        "expm1": f"tl.where(tl.abs({a}) < 0.5, tl.where(tl.exp({a}) == 1.0, {a}, (tl.exp({a}) - 1.0) * {a} / tl.log(tl.exp({a}))), tl.exp({a}) - 1.0)",
         "sqrt": f"tl.sqrt({a})",
         "rsqrt": f"tl.rsqrt({a})",
         "reciprocal": f"(1.0 / {a})",
