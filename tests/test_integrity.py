@@ -188,3 +188,4 @@ def test_an_edited_verdict_row_and_a_replaced_blob_are_tampered_never_ranked(tmp
     assert summary["best_fitness"] == summary["final"]["fitness"]
     report = Path(summary["report"]["markdown"]).read_text()
     assert "fitness at search time" in report
+    assert integrity.harness().label in report  # which harness judged it, in the report's header

@@ -209,6 +209,7 @@ def _header(run: dict[str, Any], method: dict[str, Any], baseline: str) -> list[
         ("spec", spec),
         ("platform / device", device),
         ("versions", versions or "-"),
+        ("harness", str(method.get("harness") or "-")),  # installed and intact, or a working tree at a commit
         ("timing", timing or "-"),
         ("precision", str(method.get("precision_policy") or "-")),
         ("synthesizer", str(run.get("synthesizer") or "-")),
