@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -65,6 +66,12 @@ def harness(git: bool = True) -> Harness:
     tree's commit and state (the engine does; a worker, which may not run programs, does not)."""
     import kernelevolve
 
+    if git:  # the files' state once per process; git adds a working tree's commit to it
+        h = harness(git=False)
+        if h.kind == "installed":
+            return h
+        commit, dirty = _git_state(Path(h.root) / PACKAGE)
+        return dataclasses.replace(h, commit=commit, dirty=dirty)
     package = Path(kernelevolve.__file__).resolve().parent
     root = package.parent
     files = _package_files(package)
@@ -75,10 +82,7 @@ def harness(git: bool = True) -> Harness:
         d for d in importlib.metadata.distributions(name=PACKAGE, path=[str(root)]) if d.read_text("RECORD")
     ]
     if not dists:
-        commit, dirty = _git_state(package) if git else (None, None)
-        return Harness(
-            "working tree", kernelevolve.__version__, digest, str(root), commit=commit, dirty=dirty
-        )
+        return Harness("working tree", kernelevolve.__version__, digest, str(root))
     modified = _modified(dists[0], root, files)
     return Harness("installed", kernelevolve.__version__, digest, str(root), modified=modified)
 

@@ -124,6 +124,7 @@ class EvaluatorPool:
         # not believed over a kernel. The owner stores the new one (event "remeasured").
         self._profile_lock = threading.Lock()
         self._profile_remeasured = False
+        self._profile_again: dict[str, Any] | None = None  # the re-measured profile, once there is one
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -135,7 +136,7 @@ class EvaluatorPool:
         self.close()
 
     def start(self) -> None:
-        self.harness = integrity.check()  # a modified installed harness evaluates nothing
+        integrity.check()  # a modified installed harness evaluates nothing
         with self._lock:
             self._top_up(self.settings.spares or 1)
 
@@ -289,7 +290,7 @@ class EvaluatorPool:
         base: dict[str, Any],
         options: dict[str, Any],
     ) -> Verdict:
-        retries, remeasured = 0, False
+        retries = 0
         while True:
             asked = time.monotonic()
             profile = self.profile
@@ -337,11 +338,10 @@ class EvaluatorPool:
                 verdict.message += f" ({self._share_text(share, 'under')}, {self._share_remedy()})"
             if _above_measured_roofline_only(verdict) and not self._closed:
                 if self._remeasure_profile(profile):  # the ceilings changed: judged again against them
-                    remeasured = True
                     self.on_event("retry", label, "above the measured roofline; the hardware profile was "
                                   "measured again, evaluating again against it")  # fmt: skip
                     continue
-                if remeasured or self._profile_remeasured:
+                if profile is not None and profile is self._profile_again:  # judged by the new one
                     verdict.message += (
                         " (the hardware profile, measured again in this run, still puts it above)"
                     )
@@ -378,7 +378,7 @@ class EvaluatorPool:
             if not self._profile_remeasured:
                 self._profile_remeasured = True
                 try:
-                    self.profile = measure_profile(self.platform, self.settings)
+                    self.profile = self._profile_again = measure_profile(self.platform, self.settings)
                 except HarnessError as exc:
                     self.on_event("note", "hardware profile", f"measuring it again failed: {exc.message}")
                     return False
