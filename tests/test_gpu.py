@@ -181,9 +181,10 @@ def test_the_flush_grows_only_into_a_quarter_of_the_workers_room() -> None:
     assert isinstance(timer, CudaTimer) and timer.max_bytes > timer.base_bytes + 2**29  # 2 GiB on 80 GB
     total = torch.cuda.get_device_properties(device).total_memory
     held = torch.empty(2**28, device=device)  # 1 GiB in use before the cap
+    torch.cuda.empty_cache()  # what earlier tests of this process left cached is not this test's
     try:
         torch.cuda.set_per_process_memory_fraction(
-            (torch.cuda.memory_allocated(device) + 2**30) / total, device
+            (torch.cuda.memory_reserved(device) + 2**30) / total, device
         )
         timer.enqueue_s.append(1.0)  # a host so slow that the flush would want its maximum
         timer.flush()

@@ -127,6 +127,11 @@ def test_sample_at_other_config_matches_reference(op: str, interpreted: dict[str
 # -- GPU --------------------------------------------------------------------------------------------
 
 
+# Samples whose reference is slow enough on a GPU that an honest kernel may pass 10x it, which the
+# harness flags by policy: `torch.segment_reduce` on CUDA (jagged_sum: 7.4-17.7x on an H100).
+TENFOLD = {"jagged_sum"}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OPS)
 def test_sample_is_ok_on_cuda(op: str, tmp_path: Path) -> None:
@@ -138,6 +143,12 @@ def test_sample_is_ok_on_cuda(op: str, tmp_path: Path) -> None:
     per_shape = {s.name: s.speedup_vs_eager for s in v.shapes}
     summary = f"{op}: {v.status} speedup_vs_eager {v.speedup_vs_eager} per shape {per_shape}"
     print(summary)
-    assert v.status == Status.OK, f"{summary}: {v.message}"
+    if op in TENFOLD and v.status == Status.SUSPICIOUS:
+        # Flagged by policy (above 10x a baseline), not wrong: correct, and inside the roofline.
+        assert v.correct and v.flags, summary
+        assert all("faster than" in f and "roofline" not in f for f in v.flags), v.flags
+        assert all(s.roofline_fraction is None or s.roofline_fraction <= 1.0 for s in v.shapes), summary
+    else:
+        assert v.status == Status.OK, f"{summary}: {v.message}"
     assert set(per_shape) == {s.name for s in ref.shapes}, summary
     assert v.speedup_vs_eager is not None, summary

@@ -13,6 +13,7 @@ is present, else the CPU; unknown names get an error that lists the valid ones.
 
 from __future__ import annotations
 
+import threading
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = ["HardwareProfile", "Platform", "all_platforms", "get_platform", "regi
 
 _REGISTRY: dict[str, type[Platform]] = {}
 _LOADED = False
+_LOCK = threading.Lock()  # an MCP server starts runs side by side: one loads, the others wait
 
 
 def register(cls: type[Platform]) -> type[Platform]:
@@ -34,23 +36,28 @@ def register(cls: type[Platform]) -> type[Platform]:
 
 
 def _load() -> None:
+    """Fill the registry once: the entry points, else (a source tree never installed) the built-ins.
+    Marked loaded only when filled, so a thread that comes while another loads waits for it."""
     global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    for ep in entry_points(group="kernelevolve.platforms"):
-        try:
-            cls = ep.load()
-        except Exception as exc:  # a broken third-party plugin must not take the built-ins down
-            raise PlatformError(f"platform plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
-        _REGISTRY.setdefault(ep.name, cls)
-    if not _REGISTRY:  # running from a source tree that was never installed
-        from kernelevolve.platforms.cpu import CpuPlatform
-        from kernelevolve.platforms.cuda import CudaPlatform
-        from kernelevolve.platforms.rocm import RocmPlatform
+    with _LOCK:
+        if _LOADED:
+            return
+        for ep in entry_points(group="kernelevolve.platforms"):
+            try:
+                cls = ep.load()
+            except Exception as exc:  # a broken third-party plugin must not take the built-ins down
+                raise PlatformError(
+                    f"platform plugin {ep.name!r} ({ep.value}) failed to load: {exc}"
+                ) from exc
+            _REGISTRY.setdefault(ep.name, cls)
+        if not _REGISTRY:  # running from a source tree that was never installed
+            from kernelevolve.platforms.cpu import CpuPlatform
+            from kernelevolve.platforms.cuda import CudaPlatform
+            from kernelevolve.platforms.rocm import RocmPlatform
 
-        for builtin in (CudaPlatform, CpuPlatform, RocmPlatform):
-            _REGISTRY.setdefault(builtin.name, builtin)
+            for builtin in (CudaPlatform, CpuPlatform, RocmPlatform):
+                _REGISTRY.setdefault(builtin.name, builtin)
+        _LOADED = True
 
 
 def all_platforms() -> dict[str, type[Platform]]:

@@ -64,13 +64,15 @@ class CudaTimer:
         self.buf[:size].zero_()
 
     def _room(self) -> int:
-        """Bytes the flush may grow by: a quarter of what this process may still allocate under its
+        """Bytes the flush may grow by: a quarter of what this process may still reserve under its
         memory cap (the worker's share of the device). A flush that took all of it, up to 2 GiB, left
-        level 1's 17_ out of memory at a re-measure."""
+        level 1's 17_ out of memory at a re-measure. The cap counts reserved memory, the allocator's
+        cached blocks too (a freed block inside a segment still in use cannot be given back), so
+        the room is counted from what is reserved, not from what is allocated."""
         cuda = self.torch.cuda
         total = cuda.get_device_properties(self.device).total_memory
         fraction = getattr(cuda.memory, "get_per_process_memory_fraction", lambda _d: 1.0)(self.device)
-        left = int(fraction * total) - cuda.memory_allocated(self.device)
+        left = int(fraction * total) - cuda.memory_reserved(self.device)
         return max(0, min(left, cuda.mem_get_info(self.device)[0]) // 4)
 
     def sync(self) -> None:
