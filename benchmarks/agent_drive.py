@@ -16,8 +16,8 @@ unless WS already has one for it (`WS/agent_runs.json`); each node's task is iss
 (new tasks until node N exists) and its candidate submitted with `submit` (path and note); the wall
 time of every call is measured here, around the call. Without `--finish`, `--ahead` further tasks are
 issued per run and their prompts saved, for the agent to write the next round against. With
-`--finish`: `finish_run` for every run (the best re-measured in fresh workers), and the runs'
-trajectories exported (`kernelevolve export --format trajectories`).
+`--finish`: `finish_run` for every run (the best re-measured in fresh workers; `--parallel` runs at once), and
+the runs' trajectories exported (`kernelevolve export --format trajectories`).
 
 The problems of issue I's record, chosen by this rule before any was tried: of KernelBench levels 1-2
 at official sizes, those the offline tuner does not template (`trace.recognize` at `b942710`: 163 of
@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -82,7 +83,9 @@ async def drive(args: argparse.Namespace) -> list[dict[str, Any]]:
               f"{row.get('status') or row.get('error') or ''}", flush=True)  # fmt: skip
         return result
 
+    only = re.compile(args.only) if args.only else None
     problems = sorted(p for p in args.round.iterdir() if p.is_dir()) if args.round else []
+    problems = [p for p in problems if only is None or only.search(p.name)]
     gate = asyncio.Semaphore(max(1, args.parallel))
 
     async def drive_problem(client: Any, folder: Path) -> None:
@@ -123,13 +126,18 @@ async def drive(args: argparse.Namespace) -> list[dict[str, Any]]:
     async with Client(server, read_timeout_seconds=1800) as client:
         await asyncio.gather(*(gated(client, folder) for folder in problems))
         if args.finish:
-            for problem, run_id in sorted(runs.items()):
-                summary = await timed(client, problem, "finish_run", {"run_id": run_id})
-                (out / f"finish-{problem}.json").write_text(json.dumps(summary, indent=1, default=str))
+            finishing = {p: r for p, r in sorted(runs.items()) if only is None or only.search(p)}
+
+            async def finish(problem: str, run_id: str) -> None:
+                async with gate:
+                    summary = await timed(client, problem, "finish_run", {"run_id": run_id})
+                    (out / f"finish-{problem}.json").write_text(json.dumps(summary, indent=1, default=str))
+
+            await asyncio.gather(*(finish(p, r) for p, r in finishing.items()))
     if args.finish and runs:
         with open(out / "trajectories.jsonl", "w") as sink:
             subprocess.run([sys.executable, "-c", "from kernelevolve.cli import main; main()", "export",
-                            *runs.values(), "--format", "trajectories", "-w", str(ws)], stdout=sink, check=False)  # fmt: skip
+                            *finishing.values(), "--format", "trajectories", "-w", str(ws)], stdout=sink, check=False)  # fmt: skip
     (out / "drive.json").write_text(json.dumps({"runs": runs, "calls": calls}, indent=1))
     return calls
 
@@ -158,6 +166,7 @@ def main() -> None:
     ap.add_argument("--drafts", type=int, default=3)
     ap.add_argument("--ahead", type=int, default=3, help="tasks issued per run for the next round")
     ap.add_argument("--finish", action="store_true")
+    ap.add_argument("--only", help="a regular expression: the problems (folder names) driven or finished")
     ap.add_argument(
         "--parallel", type=int, default=1, help="problems driven at once (each one's calls in turn)"
     )

@@ -202,3 +202,33 @@ def test_the_time_a_shape_took_is_told_by_part() -> None:
     assert spent["calls"] >= 10 * 2 * 0.002  # two callees a round
     assert spent["warmup"] >= 2 * (0.004 + 2 * 0.002)  # the estimate round and the sizing round
     assert sum(spent.values()) == pytest.approx(whole, rel=0.1, abs=0.01)
+
+
+def test_no_round_holds_its_draw_while_the_next_is_made() -> None:
+    """A round's fresh inputs are let go before the next draw and before the audit's: with the
+    callees' buffers, a draw held across the next one is a fourth set of inputs on the device (level
+    1's 51_Argmax ran out of memory in timing that way). Every draw but the newest is gone when a new
+    one is made, checked rounds and the audit included."""
+    import weakref
+
+    timer = ScriptedTimer({"eager": 1e-3, "candidate": 1e-3})
+    alive: list[weakref.ref[torch.Tensor]] = []
+    held_at_draw: list[int] = []
+
+    def fresh(seed: int) -> list[torch.Tensor]:
+        gc.collect()
+        held_at_draw.append(sum(ref() is not None for ref in alive))
+        t = torch.full((4,), float(seed))
+        alive.append(weakref.ref(t))
+        return [t]
+
+    plan = TimingPlan(budget_s=0.05, min_trials=12, max_trials=12, warmup=1, graph_threshold_s=0.0,
+                      checked_fraction=0.5, allow_graphs=False)  # fmt: skip
+    result = time_shape(
+        _callees(timer, ["eager", "candidate"]), timer, plan, fresh,
+        lambda buffers, inputs: buffers[0].copy_(inputs[0]), lambda pristine, snap: None,
+        lambda buffers: [], torch,
+    )  # fmt: skip
+    assert result.failure is None and result.checked >= 3
+    assert len(held_at_draw) >= 12 + 2  # the rounds, the warm-up's and the audits' draws
+    assert max(held_at_draw) == 0, held_at_draw

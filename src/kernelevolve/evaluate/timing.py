@@ -353,7 +353,10 @@ def time_shape(
                 if failure:
                     result.failure = f"timed call {r + 1} of {rounds}: {failure}"
                     break
-            del keep
+            # The round's draw is let go before the next one (or the audit's) is made: held across
+            # it, a draw is a fourth set of inputs beside the callees' two (level 1's 51_Argmax, 8 GiB
+            # of input, ran out of its worker's 35.6 GiB in timing).
+            del keep, inputs, pristine
             if candidate is not None and (r in audit_rounds or last):
                 # An audit call gets contents of its own: repeating the round's would hand a value cache a hit.
                 copy_into(candidate.buffers, fresh_inputs(round_seed + 7_919_000))
