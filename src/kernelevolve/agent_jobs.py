@@ -20,6 +20,7 @@ synthesizer, which the engine never asks, is `synth.agent.ExternalAgent`.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -199,13 +200,22 @@ class Session:
     candidate: a submit then costs the candidate's compile, checks and timing, not a worker's start.
     The tree is read from the store before every decision, as in a search, so what another process
     recorded meanwhile is seen. A run's pool closes at its `finish`, all of them at `close()`. Without
-    a session (the CLI's commands, one process per call) each call builds and attaches its own."""
+    a session (the CLI's commands, one process per call) each call builds and attaches its own.
+
+    On a GPU the session's runs share each device as a bench's runs do (`bench.schedule`): a run is
+    granted its part of the device's memory when it attaches (what its memory plan asks, or what is
+    left if that still holds one worker), its pool is sized to that part, and the part is given back
+    when it is detached. A run whose one worker no longer fits beside the session's others is refused,
+    with what holds the memory, instead of starting workers that run out of it (an agent that started
+    three KernelBench runs at once saw their submits fail with out-of-memory errors)."""
 
     def __init__(self, workspace: Path):
         self.workspace = workspace
         self._lock = threading.Lock()
         self._runs: dict[str, tuple[Workspace, Any, ExitStack, threading.Lock]] = {}
         self._names: dict[str, str] = {}  # what callers named a run (a prefix) -> its id
+        self._memory: dict[tuple[str, int], Any] = {}  # (platform, device) -> its bench.schedule.DeviceMemory
+        self._granted: dict[str, tuple[tuple[str, int], int]] = {}  # run id -> (its device, bytes granted)
 
     def engine(self, run_id: str) -> tuple[Workspace, Any]:
         """The run's workspace and engine, attached to its pool: built at the first call."""
@@ -219,6 +229,7 @@ class Session:
                     ws = stack.enter_context(Workspace.open(self.workspace))
                     engine = build_engine(ws, run_id)
                     _require_agent(engine.synth.name, engine.run_id)
+                    self._share_device(engine, stack)
                     stack.enter_context(engine.attached())
                 except BaseException:
                     stack.close()
@@ -228,6 +239,45 @@ class Session:
             self._names[run_id] = key
             ws, engine, _, _ = self._runs[key]
             return ws, engine
+
+    def _share_device(self, engine: Any, stack: ExitStack) -> None:
+        """Grant the run its part of its GPU's memory beside the session's other runs, and size its
+        pool to it (the class docstring); given back when `stack` closes. Nothing on the CPU, or
+        where the device's memory or the spec's tensors are unknown."""
+        from kernelevolve.bench.schedule import MARGIN, USABLE, DeviceMemory, run_demand
+        from kernelevolve.evaluate import memory
+
+        ctx = engine.ctx
+        platform, settings = ctx.platform, ctx.settings
+        demand = run_demand(ctx.spec, platform, settings)
+        if demand is None:
+            return
+        device = (platform.name, settings.device)
+        ledger = self._memory.get(device)
+        if ledger is None:
+            reading = platform.device_memory(settings.device)
+            if reading is None:
+                return
+            free, total = reading
+            ledger = self._memory[device] = DeviceMemory(usable=int(USABLE * min(free, total)), total=total)
+        grant = ledger.try_acquire(*demand)
+        if grant is None:
+            held = [f"{rid} ({g / 2**30:.1f} GiB)" for rid, (d, g) in self._granted.items() if d == device]
+            raise WorkspaceError(
+                f"run {engine.run_id} needs about {demand[0] * MARGIN / 2**30:.1f} GiB of "
+                f"{platform.name}:{settings.device} for one worker, and this session's other runs hold "
+                f"{ledger.granted / 2**30:.1f} of its {ledger.usable / 2**30:.1f} GiB: {', '.join(held)}",
+                hint="finish one of them (finish_run, `kernelevolve agent finish`), then ask again",
+            )
+        self._granted[engine.run_id] = (device, grant)
+        stack.callback(self._granted.pop, engine.run_id, None)
+        stack.callback(ledger.release, grant)
+        share = ledger.share(grant)
+        if share > 1:  # a part of the device: the pool planned on it, as a bench run's is
+            placed = dataclasses.replace(settings, device_share=settings.device_share * share)
+            ctx.settings, _ = memory.fit(
+                ctx.spec, platform, placed, memory.settled_memory(ctx.spec, platform, placed)
+            )
 
     def selecting(self, run_id: str) -> threading.Lock:
         """Held while a task is chosen: two calls at once never select the same waiting node twice."""

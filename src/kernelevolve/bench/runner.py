@@ -57,7 +57,7 @@ from typing import Any
 
 from kernelevolve.bench.metrics import summarize
 from kernelevolve.bench.results import held_back, result_row
-from kernelevolve.bench.schedule import schedule
+from kernelevolve.bench.schedule import run_demand, schedule
 from kernelevolve.config import Settings
 from kernelevolve.cost import estimate
 from kernelevolve.errors import KernelevolveError, SpecError, WorkspaceError
@@ -242,7 +242,7 @@ def run_bench(
 
     def demand(i: int) -> tuple[int, int] | None:
         """(one worker's need, the pool's wish) in bytes for spec i; None where nothing is planned."""
-        return _demand(staged[i][0], platform, settings)
+        return run_demand(staged[i][0], platform, settings)
 
     def one(i: int, device_settings: Settings) -> None:
         spec, run_path, key, item, cached = staged.pop(i)
@@ -273,23 +273,6 @@ def run_bench(
 def _said(exc: KernelevolveError) -> str:
     """An error and what to do about it, in one row of the bench."""
     return f"{exc.message} ({exc.hint})" if exc.hint else exc.message
-
-
-def _demand(spec: Spec, platform: Any, settings: Settings) -> tuple[int, int] | None:
-    """What a run of `spec` asks of its device's memory: one worker's need (`memory.worker_need`), and
-    its pool's wish (that times its workers and spares, sized as `optimize.build_engine` sizes them);
-    None on the CPU or where the probe could not count the tensors."""
-    from kernelevolve.evaluate import memory
-    from kernelevolve.evaluate.executors import executor_slots
-    from kernelevolve.jobs import sized_for
-
-    if platform.name not in ("cuda", "rocm"):
-        return None
-    tensors, need = memory.worker_need(spec, platform.name)
-    if not tensors:
-        return None
-    sized = sized_for(settings, platform, 10**6, executor_slots(settings, platform))
-    return need, need * (max(1, sized.workers) + max(0, sized.spares))
 
 
 def _regex(option: str, text: str | None) -> re.Pattern[str] | None:

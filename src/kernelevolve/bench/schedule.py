@@ -28,8 +28,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from kernelevolve.config import Settings
+from kernelevolve.spec import Spec
 
 USABLE = 0.9  # of the free memory of a device when the bench starts, as for a run alone (memory.plan)
 # A run is granted this times what its memory plan estimates, and starts beside others only where that
@@ -86,6 +88,19 @@ class DeviceMemory:
                 self.waiting.remove(ticket)
                 self.cond.notify_all()
 
+    def try_acquire(self, need: int, wish: int) -> int | None:
+        """`acquire` without waiting: the grant if one worker's `need` fits now (or the device is
+        idle), else None (an agent session refuses the run rather than block a tool call)."""
+        need, wish = int(need * MARGIN), int(wish * MARGIN)
+        with self.cond:
+            left = self.usable - self.granted
+            if self.waiting or (self.running and need > left):
+                return None
+            grant = min(max(wish, need, self.fair), left)
+            self.granted += grant
+            self.running += 1
+            return grant
+
     def release(self, grant: int) -> None:
         with self.cond:
             self.granted -= grant
@@ -97,6 +112,24 @@ class DeviceMemory:
         run then plans on the device's free memory, as alone); else 90% of the device over the grant,
         which is how `memory.plan` and `pool.gpu_shares` turn a share back into bytes."""
         return 1.0 if grant >= self.usable else USABLE * self.total / max(1, grant)
+
+
+def run_demand(spec: Spec, platform: Any, settings: Settings) -> tuple[int, int] | None:
+    """What a run of `spec` asks of its device's memory: one worker's need (`memory.worker_need`), and
+    its pool's wish (that times its workers and spares, sized as `optimize.build_engine` sizes them);
+    None on the CPU or where the probe could not count the tensors. A bench asks it of every spec,
+    an agent session (`agent_jobs.Session`) of every run it attaches."""
+    from kernelevolve.evaluate import memory
+    from kernelevolve.evaluate.executors import executor_slots
+    from kernelevolve.jobs import sized_for
+
+    if platform.name not in ("cuda", "rocm"):
+        return None
+    tensors, need = memory.worker_need(spec, platform.name)
+    if not tensors:
+        return None
+    sized = sized_for(settings, platform, 10**6, executor_slots(settings, platform))
+    return need, need * (max(1, sized.workers) + max(0, sized.spares))
 
 
 def schedule(
