@@ -243,23 +243,70 @@ def test_per_row_and_scalar_tensors(tmp_path: Path) -> None:
 # -- refusals, with reasons ------------------------------------------------------------------------
 
 
-def test_refuses_convolution(tmp_path: Path) -> None:
+def test_convolution_with_bias_and_a_per_channel_epilogue_is_a_conv_graph(tmp_path: Path) -> None:
     path = spec_file(
         tmp_path,
         """
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.conv = nn.Conv2d(3, 4, 3)
+                self.conv = nn.Conv2d(4, 6, 3, stride=2, padding=1, dilation=1, groups=2)
+                self.scale = nn.Parameter(torch.randn(6, 1, 1))
 
             def forward(self, x):
-                return self.conv(x)
+                return torch.relu(self.conv(x)) * self.scale + 0.5
+
+        def get_inputs():
+            return [torch.randn(2, 4, 9, 11)]
+        """,
+    )
+    graph = graph_of(path)
+    assert graph.pattern == "conv" and graph.conv is not None
+    c = graph.conv
+    assert (c.dims, c.stride, c.padding, c.dilation, c.groups) == (2, (2, 2), (1, 1), (1, 1), 2)
+    assert layouts(graph) == {"input:0": "full", "param:conv.weight": "full", "param:conv.bias": "chan",
+                              "param:scale": "chan"}  # fmt: skip
+    assert ops(graph) == ["relu", "mul", "add"]
+    # the implicit GEMM per group: rows 2 x 5 x 6 positions, 3 channels, 2 x 3 x 3 inner
+    assert (graph.rows, graph.cols, graph.inner, graph.batch) == (
+        {"default": 60},
+        {"default": 3},
+        {"default": 18},
+        {"default": 2},
+    )
+    assert graph.description.startswith(
+        "conv2d (stride [2, 2], padding [1, 1], dilation [1, 1], groups 2) + bias"
+    )
+
+
+@pytest.mark.parametrize(
+    ("layer", "reason"),
+    [
+        ("nn.Sequential(nn.Conv2d(3, 4, 3), nn.Softmax(dim=-1))", "a reduction after a convolution"),
+        ("nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten())", "only an elementwise epilogue is templated"),
+        (
+            "nn.Sequential(nn.ReLU(), nn.Conv2d(3, 4, 3))",
+            "which is neither the output's",
+        ),  # compute before it
+    ],
+)
+def test_refuses_what_the_conv_template_cannot_generate(tmp_path: Path, layer: str, reason: str) -> None:
+    path = spec_file(
+        tmp_path,
+        f"""
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = {layer}
+
+            def forward(self, x):
+                return self.layer(x)
 
         def get_inputs():
             return [torch.randn(1, 3, 8, 8)]
         """,
     )
-    assert "convolution" in refused(path)
+    assert reason in refused(path)
 
 
 @pytest.mark.parametrize("layer", ["LSTM", "GRU", "RNN"])

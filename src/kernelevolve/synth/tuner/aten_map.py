@@ -1,4 +1,5 @@
-"""Map one traced aten graph onto the tuner's IR (`ir.OpGraph`): ops, layouts, constants, one matmul.
+"""Map one traced aten graph onto the tuner's IR (`ir.OpGraph`): ops, layouts, constants, one matmul
+or convolution.
 
 `trace.py` traces the reference (make_fx on fake tensors, core aten decompositions) and hands each
 shape's graph here. `GraphMapper` walks the nodes in order and keeps, for every value, what it means:
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kernelevolve.synth.tuner.ir import REDUCE_OPS, Arg, GemmInfo, Op, OpGraph, TensorArg
+from kernelevolve.synth.tuner.ir import REDUCE_OPS, Arg, ConvInfo, GemmInfo, Op, OpGraph, TensorArg
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -66,6 +67,11 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 def _pad(shape: tuple[int, ...], n: int) -> tuple[int, ...]:
     return (1,) * (n - len(shape)) + shape
+
+
+def _channel(o: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of one value per channel (dim 1) of an output of shape `o`, padded to its rank."""
+    return (1, o[1], *(1,) * (len(o) - 2))
 
 
 _VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "clone",
@@ -110,6 +116,8 @@ class GraphMapper:
         self.ops: list[Op] = []
         self.gemm: GemmInfo | None = None
         self.gemm_sizes: tuple[int, int, int, int] = (0, 0, 0, 0)  # batch, M, N, K
+        self.conv: ConvInfo | None = None
+        self.conv_sizes: tuple[int, int, int, int] = (0, 0, 0, 0)  # groups, M, N per group, K per group
         self.env: dict[Any, Any] = {}
         self.leaf_source: dict[str, tuple[str, tuple[int, ...], str]] = {}
 
@@ -141,6 +149,8 @@ class GraphMapper:
             return "row"
         if _numel(shape) == 1 and len(shape) <= n:
             return "scalar"
+        if self.conv is not None and n >= 3 and len(shape) <= n and _pad(shape, n) == _channel(o):
+            return "chan"
         return None
 
     def read(self, v: Any) -> _Val:
@@ -191,6 +201,7 @@ class GraphMapper:
             "row": (p[:-1] == target[:-1] == o[:-1]) or (p == target == o[:-1]),
             "col": p[-1] == target[-1] == self.cols
             and all(d in (1, t) for d, t in zip(p[:-1], target[:-1], strict=True)),
+            "chan": n >= 3 and p == _channel(o) and target[1] == o[1],
         }.get(v.layout, False)
         if not ok:
             raise Unsupported(
@@ -205,9 +216,14 @@ class GraphMapper:
         for v in vals:
             self.check_arg(v, shape)
         layouts = {v.layout for v in vals}
+        if "chan" in layouts and layouts & {"row", "col"}:
+            raise Unsupported(
+                "a per-channel value combined with a per-row or per-column one is not templated"
+            )
         layout = (
             "full" if "full" in layouts or {"row", "col"} <= layouts
-            else "col" if "col" in layouts else "row" if "row" in layouts else "scalar"
+            else "chan" if "chan" in layouts else "col" if "col" in layouts
+            else "row" if "row" in layouts else "scalar"
         )  # fmt: skip
         if layout == "full" and shape != self.o:
             raise Unsupported(
@@ -224,8 +240,10 @@ class GraphMapper:
                 f"{op} over dims {dims} of a value of shape {list(v.shape)}: only reductions over the last "
                 f"dim of the output's shape {list(self.o)} are templated"
             )
-        if self.gemm is not None:
-            raise Unsupported("a reduction after a matmul is not templated")
+        if self.gemm is not None or self.conv is not None:
+            raise Unsupported(
+                f"a reduction after a {'matmul' if self.gemm else 'convolution'} is not templated"
+            )
         out = shape if shape is not None else ((*self.o[:-1], 1) if keepdim else self.o[:-1])
         return _Val(self.new(op, (v.ref,)), "row", out)
 
@@ -258,8 +276,9 @@ class GraphMapper:
                 raise Unsupported("an output that is an input or a broadcast value is not templated")
             outputs.append(v.ref)
         pattern = (
-            "gemm" if self.gemm else "row" if any(op.op in REDUCE_OPS for op in self.ops) else "elementwise"
-        )
+            "conv" if self.conv else "gemm" if self.gemm
+            else "row" if any(op.op in REDUCE_OPS for op in self.ops) else "elementwise"
+        )  # fmt: skip
         graph = OpGraph(
             pattern=pattern,  # type: ignore[arg-type]
             tensors=list(self.tensors.values()),
@@ -267,6 +286,7 @@ class GraphMapper:
             outputs=outputs,
             dtype=self.dtype,
             gemm=self.gemm,
+            conv=self.conv,
             forward_args=list(self.forward_args),
         )
         if self.gemm is not None:
@@ -275,6 +295,10 @@ class GraphMapper:
                 raise Unsupported("the matmul's result is reshaped into something other than the output")
             graph.inner[shape_name], graph.batch[shape_name] = k, batch
         graph.rows[shape_name], graph.cols[shape_name] = self.rows, self.cols
+        if self.conv is not None:  # the implicit GEMM's sizes
+            groups, m, n, k = self.conv_sizes
+            graph.rows[shape_name], graph.cols[shape_name] = m, n
+            graph.inner[shape_name], graph.batch[shape_name] = k, groups
         return graph
 
     def visit(self, node: Any) -> Any:
@@ -291,8 +315,9 @@ class GraphMapper:
             if isinstance(node.meta.get("val"), tuple | list)
             else [node.meta.get("val")]
         )
-        if any(v is not None and _dtype_of(v) not in (*FLOAT_DTYPES, "bool") for v in vals):
-            raise Unsupported(f"aten.{name} produces {_dtype_of(vals[0])} data; only float data is templated")
+        odd = [_dtype_of(v) for v in vals if v is not None and _dtype_of(v) not in (*FLOAT_DTYPES, "bool")]
+        if odd:
+            raise Unsupported(f"aten.{name} produces {odd[0]} data; only float data is templated")
         shape = _shape(node) if not isinstance(node.meta.get("val"), tuple | list) else ()
         name = name.removesuffix("_") if name.endswith("_") and not name.startswith("_") else name
         if name in _VIEWS:
@@ -301,6 +326,8 @@ class GraphMapper:
             return self.transpose(name, args, shape)
         if name in ("mm", "addmm", "bmm"):
             return self.matmul(name, args, kw, shape)
+        if name == "convolution":
+            return self.convolution(args, shape)
         if name in _UNARY:
             return self.elementwise(_UNARY[name], args[:1], shape)
         if name in _BINARY:
@@ -422,8 +449,8 @@ class GraphMapper:
         return replace(x, shape=shape, transposed=True)
 
     def matmul(self, name: str, args: list[Any], kw: dict[str, Any], shape: tuple[int, ...]) -> _Val:
-        if self.gemm is not None:
-            raise Unsupported("more than one matmul is not templated")
+        if self.gemm is not None or self.conv is not None:
+            raise Unsupported("more than one matmul or convolution is not templated")
         if self.ops:
             raise Unsupported("compute before the matmul is not templated (only an elementwise epilogue)")
         bias, a, b = (args[0], args[1], args[2]) if name == "addmm" else (None, args[0], args[1])
@@ -456,6 +483,60 @@ class GraphMapper:
             bias_name = bv.ref
         self.gemm = GemmInfo(a.leaf, b.leaf, b_layout, bias_name, batched)  # type: ignore[arg-type]
         self.gemm_sizes = (batch, m, n, k)
+        return _Val("acc", "full", shape)
+
+    def convolution(self, args: list[Any], shape: tuple[int, ...]) -> _Val:
+        """`aten.convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups)`
+        as the main op: x an input (or parameter), w a parameter, an optional [C_out] bias."""
+        if self.gemm is not None or self.conv is not None:
+            raise Unsupported("more than one matmul or convolution is not templated")
+        if self.ops:
+            raise Unsupported(
+                "compute before the convolution is not templated (only an elementwise epilogue)"
+            )
+        x, w, bias, stride, padding, dilation, transposed, output_padding, groups = (*args, *(None,) * 9)[:9]
+        for operand in (x, w):
+            if not (isinstance(operand, _Val) and operand.leaf is not None and not operand.transposed):
+                raise Unsupported(
+                    "convolution operands must be the forward's inputs or the module's parameters"
+                )
+        x_src, x_base, x_dtype = self.leaf_source[x.leaf]
+        w_src, w_base, w_dtype = self.leaf_source[w.leaf]
+        dims = len(x.shape) - 2
+        if dims not in (1, 2, 3) or x_base != x.shape or w_base != w.shape or len(w.shape) != dims + 2:
+            raise Unsupported(
+                f"convolution of {x_src} {list(x_base)} by {w_src} {list(w_base)}: templated over 1, 2 "
+                "or 3 spatial dims of the tensors as given (batched, not reshaped)"
+            )
+        if shape != self.o:
+            raise Unsupported(
+                f"the convolution's result {list(shape)} is not the output {list(self.o)}: only an "
+                "elementwise epilogue is templated after a convolution (no pooling, reduction or reshape)"
+            )
+        if isinstance(padding, str):
+            raise Unsupported(f"convolution padding {padding!r} is not templated")
+        per_dim = [tuple(int(v) for v in (p if isinstance(p, list | tuple) else [p or 0] * dims)) for p in
+                   (stride, padding, dilation, output_padding)]  # fmt: skip
+        if any(len(p) != dims for p in per_dim):
+            raise Unsupported("convolution stride, padding and dilation must give one value per spatial dim")
+        self.register(x.leaf, x_src, "full", x_dtype)
+        self.register(w.leaf, w_src, "full", w_dtype)
+        bias_name = None
+        g = int(groups or 1)
+        out_channels = w.shape[1] * g if transposed else w.shape[0]
+        if bias is not None:
+            if not (isinstance(bias, _Val) and bias.leaf is not None and bias.shape == (out_channels,)):
+                raise Unsupported("a convolution's bias must be a [C_out] parameter")
+            b_src, _, b_dtype = self.leaf_source[bias.leaf]
+            self.register(bias.leaf, b_src, "chan", b_dtype)
+            bias_name = bias.leaf
+        stride_t, padding_t, dilation_t, output_padding_t = per_dim
+        self.conv = ConvInfo(
+            x.leaf, w.leaf, dims, stride_t, padding_t, dilation_t, groups=g, bias=bias_name,
+            transposed=bool(transposed), output_padding=output_padding_t if transposed else (),
+        )  # fmt: skip
+        positions, in_per_group = _numel(shape[2:]), x.shape[1] // g
+        self.conv_sizes = (g, shape[0] * positions, shape[1] // g, in_per_group * _numel(w.shape[2:]))
         return _Val("acc", "full", shape)
 
     # -- composite ops (what the decompositions leave whole) ---------------------------------------

@@ -10,13 +10,18 @@ candidate file with declared tunables. Three patterns are recognized:
   layout and broadcast back: softmax, log-softmax, layer and RMS norms, and their fused neighbours.
 - `gemm`: a matrix product (`acc = a @ b`, optionally batched, optionally plus a bias) followed by an
   elementwise epilogue whose ops read the accumulator by the value name "acc".
+- `conv`: a convolution (1-, 2- or 3-d; stride, padding, dilation, groups, transposed or not;
+  optionally plus a bias) as an implicit GEMM, followed by an elementwise epilogue on "acc" whose tensors are `full` (the
+  output's shape), `chan` (one value per output channel: a [C, 1, 1] parameter) or `scalar`.
 
 Iteration space: the (first) output's shape; rows = prod(shape[:-1]), cols = shape[-1]. For `gemm`,
-rows = M (times batch), cols = N. Every `full` tensor is made contiguous by the generated wrapper.
+rows = M (times batch), cols = N. For `conv`, the GEMM's: rows = batch x output positions, cols =
+output channels per group, inner = input channels per group x kernel positions, batch = groups.
+Every `full` tensor is made contiguous by the generated wrapper.
 
-Deliberately not here: anything the tuner cannot generate (convolutions, gathers, reductions over
-other dims). `trace.recognize` returns None for those and the tuner seeds only from candidates that
-declare tunables.
+Deliberately not here: anything the tuner cannot generate (gathers, pooling, reductions over other
+dims). `trace.recognize` returns None for those and the tuner seeds only from
+candidates that declare tunables.
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Pattern = Literal["elementwise", "row", "gemm"]
-Layout = Literal["full", "col", "row", "scalar"]
+Pattern = Literal["elementwise", "row", "gemm", "conv"]
+Layout = Literal["full", "col", "row", "scalar", "chan"]  # chan: per output channel (dim 1), conv only
 
 # Elementwise ops and their arity. Constants may stand in for any argument.
 ELEMENTWISE_OPS: dict[str, int] = {
@@ -75,6 +80,25 @@ class GemmInfo:
     batched: bool = False
 
 
+@dataclass(frozen=True)
+class ConvInfo:
+    """acc = convolution(x, w) (+ bias[c]) over `dims` spatial dims (1, 2 or 3): x [N, C_in, *S],
+    w [C_out, C_in / groups, *K] (a parameter; [C_in, C_out / groups, *K] where `transposed`), bias
+    [C_out]; per spatial dim its stride, padding, dilation (and a transposed one's output padding),
+    as torch's `aten.convolution` takes them."""
+
+    x: str
+    w: str
+    dims: int
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int = 1
+    bias: str | None = None
+    transposed: bool = False
+    output_padding: tuple[int, ...] = ()
+
+
 @dataclass
 class OpGraph:
     pattern: Pattern
@@ -83,6 +107,7 @@ class OpGraph:
     outputs: list[str]  # value names stored, in the reference's output order; all `full` layout
     dtype: str = "float32"  # the outputs' dtype; compute is fp32 in every template
     gemm: GemmInfo | None = None
+    conv: ConvInfo | None = None
     forward_args: list[str] = field(default_factory=list)  # the forward's parameter names
     init_source: str = ""  # ModelNew's __init__ (the reference's, cleaned), so parameters match by name
     description: str = ""  # for humans and prompts, e.g. "row reduction: amax, sub, exp, sum, div"
@@ -98,16 +123,19 @@ class OpGraph:
         for t in self.tensors:
             if t.name == name:
                 return t.layout
-        if self.pattern == "gemm" and name == "acc":
+        if self.pattern in ("gemm", "conv") and name == "acc":
             return "full"
         for op in self.ops:
             if op.out == name:
                 if op.op in REDUCE_OPS:
                     return "row"
                 seen = {self.layout_of(a) for a in op.args if isinstance(a, str)}
-                if "full" in seen or {"col", "row"} <= seen:
+                if "full" in seen or {"col", "row"} <= seen or ("chan" in seen and seen & {"col", "row"}):
                     return "full"
-                return "col" if "col" in seen else "row" if "row" in seen else "scalar"
+                for narrow in ("chan", "col", "row"):
+                    if narrow in seen:
+                        return narrow
+                return "scalar"
         raise KeyError(name)
 
 
@@ -121,4 +149,4 @@ class Generated:
     config: dict[str, int | str]
 
 
-__all__ = ["ELEMENTWISE_OPS", "REDUCE_OPS", "GemmInfo", "Generated", "Op", "OpGraph", "TensorArg"]
+__all__ = ["ELEMENTWISE_OPS", "REDUCE_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph", "TensorArg"]

@@ -1,0 +1,280 @@
+"""Triton template for `conv` graphs: a convolution as an implicit GEMM, an elementwise epilogue, one
+store.
+
+The GEMM per group g: rows m = (batch n, output position p), columns c = the group's output channels,
+inner k = (input channel ci, kernel position r). A program holds a BLOCK_M x BLOCK_N tile (GROUP_M
+rows of tiles swizzled, as `triton_gemm`); each K slice gathers its [BLOCK_M, BLOCK_K] slab of the
+input straight from x (no im2col buffer): the indices come from m and k by integer division by
+constexpr sizes, positions in the padding are masked to zero. The weight [C_out, C_in/groups, *K] is
+read as the matrix [C_out, K] it is in memory. 1-d and 2-d convolutions are 3-d ones with unit depth
+(and height): the wrapper views x as [N, C, D, H, W], so one kernel serves all three. Bias and the
+epilogue run on the fp32 accumulator; `chan` tensors (one value per output channel) are read at the
+tile's channels, `full` ones at the output's own offsets (N, C, D, H, W contiguous).
+
+Precision (`DOT`), as `triton_gemm`: strict_fp32 -> "ieee" by default, "tf32x3" offered; tf32 ->
+"tf32"; low -> bf16 operands, fp32 accumulation; bf16/fp16 inputs take the native dot.
+
+A transposed convolution is the same GEMM over (input channel, kernel position) with a gather that
+keeps only the input positions i where i * stride - pad + k * dilation lands on the output position
+(a stride of s masks all but 1 in s^dims of them: correct, not fast).
+
+Not here: a direct (non-GEMM) depthwise kernel (a depthwise convolution runs
+as GEMMs one channel wide, correct but far from the bandwidth a direct kernel reaches), channels-last
+layouts, split-K.
+"""
+
+from __future__ import annotations
+
+from kernelevolve.synth.tuner.ir import ConvInfo, OpGraph, TensorArg
+from kernelevolve.synth.tuner.triton_common import (
+    CodegenError,
+    Names,
+    Parts,
+    allocate,
+    check_graph,
+    forward_args,
+    helpers_for,
+    jit_function,
+    load,
+    needed,
+    op_expr,
+    outputs_tuple,
+    pick,
+    pow2_at_least,
+    source_expr,
+    store,
+)
+
+_HALF = {"bfloat16", "float16"}
+_DOTS = {
+    "strict_fp32": ["ieee", "tf32x3"],
+    "tf32": ["tf32", "tf32x3", "ieee"],
+    "low": ["bf16", "tf32", "tf32x3", "ieee"],
+}
+_GEOMETRY = ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW")
+
+
+def build(graph: OpGraph, precision: str) -> Parts:
+    check_graph(graph, "conv")
+    ci = graph.conv
+    if ci is None:
+        raise CodegenError("a conv graph without its ConvInfo")
+    names = Names(graph)
+    by_name = {t.name: t for t in graph.tensors}
+    for role, name in (("x", ci.x), ("w", ci.w), ("bias", ci.bias)):
+        if name is not None and name not in by_name:
+            raise CodegenError(f"conv {role} {name!r} is not one of the graph's tensors")
+    x, w = by_name[ci.x], by_name[ci.w]
+    bias = by_name[ci.bias] if ci.bias else None
+    live = needed(graph, graph.outputs)
+    epilogue = [t for t in graph.tensors if t.name in live and t.name not in (ci.x, ci.w, ci.bias)]
+    for t in epilogue:
+        if t.layout not in ("full", "chan", "scalar"):
+            raise CodegenError(f"a {t.layout} tensor ({t.name}) in a convolution's epilogue")
+    ops = [op for op in graph.ops if op.out in live]
+    native = x.dtype == w.dtype and x.dtype in _HALF
+    dots = ["native"] if native else _DOTS[precision]
+
+    ptrs = [names.ptr(x.name), names.ptr(w.name)] + ([names.ptr(bias.name)] if bias else [])
+    ptrs += [names.ptr(t.name) for t in epilogue] + [f"out{i}_ptr" for i in range(len(graph.outputs))]
+    params = [*ptrs, "M", "COUT", "COUT_G", "CIN_G", "K", "D", "H", "W", "OD", "OH", "OW",
+              "sx_n", "sx_c", "sx_d", "sx_h", "sx_w"]  # fmt: skip
+    params += [f"{k}: tl.constexpr" for k in _GEOMETRY]
+    params += [f"{k}: tl.constexpr" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "K_TILES", "DOT")]
+    cast_x = "" if native or x.dtype == "float32" else ".to(tl.float32)"
+    cast_w = "" if native or w.dtype == "float32" else ".to(tl.float32)"
+    body = [
+        "pid = tl.program_id(0)",
+        "g = tl.program_id(1)",
+        "num_pid_m = tl.cdiv(M, BLOCK_M)",
+        "num_pid_n = tl.cdiv(COUT_G, BLOCK_N)",
+        "num_pid_in_group = GROUP_M * num_pid_n",
+        "first_pid_m = (pid // num_pid_in_group) * GROUP_M",
+        "group_size_m = min(num_pid_m - first_pid_m, GROUP_M)",
+        "pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
+        "pid_n = (pid % num_pid_in_group) // group_size_m",
+        "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        "rk = tl.arange(0, BLOCK_K)",
+        "m_ok = rm < M",
+        "P = OD * OH * OW",
+        "am = rm % M  # past the edge: wrap (the loads stay in bounds, the store is masked)",
+        "n_img = am // P",
+        "p = am % P",
+        "od = p // (OH * OW)",
+        "oh = (p // OW) % OH",
+        "ow = p % OW",
+        "x_row = n_img.to(tl.int64) * sx_n + (g * CIN_G).to(tl.int64) * sx_c",
+        "bn = rn % COUT_G",
+        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        "for kt in range(K_TILES):",
+        "    k = kt * BLOCK_K + rk",
+        "    k_ok = k < K",
+        "    cin = k // (KD * KH * KW)",
+        "    r = k % (KD * KH * KW)",
+        "    kd = r // (KH * KW)",
+        "    kh = (r // KW) % KH",
+        "    kw = r % KW",
+        *(_transposed_gather() if ci.transposed else _gather()),
+        f"    a_ptrs = {ptrs[0]} + x_row[:, None] + cin[None, :].to(tl.int64) * sx_c + idd * sx_d + ihh * sx_h + iww * sx_w",
+        f"    a = tl.load(a_ptrs, mask=inside & k_ok[None, :], other=0.0){cast_x}",
+        f"    b = tl.load({ptrs[1]} + {_weight_offset(ci)}, mask=k_ok[:, None], other=0.0){cast_w}",
+        '    if DOT == "bf16":',
+        "        acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)",
+        '    elif DOT == "native":',
+        "        acc = tl.dot(a, b, acc)",
+        "    else:",
+        "        acc = tl.dot(a, b, acc, input_precision=DOT)",
+        "c2 = (g * COUT_G + rn)[None, :]",
+        "n_ok = (rn < COUT_G)[None, :]",
+        "mask = m_ok[:, None] & n_ok",
+        "off = n_img[:, None].to(tl.int64) * COUT * P + c2.to(tl.int64) * P + p[:, None]",
+    ]
+    acc = names.var("acc")
+    if bias:
+        body.append(
+            f"{acc} = acc + tl.load({names.ptr(bias.name)} + c2, mask=n_ok, other=0.0).to(tl.float32)"
+        )
+    else:
+        body.append(f"{acc} = acc")
+    offsets, masks = {"full": "off", "chan": "c2"}, {"full": "mask", "chan": "n_ok"}
+    body += [load(t, names, offsets, masks) for t in epilogue]
+    body += [f"{names.var(op.out)} = {op_expr(op, names)}" for op in ops]
+    for i, out in enumerate(graph.outputs):
+        body.append(store(i, names.var(out), graph.layout_of(out), "off", "mask", "[BLOCK_M, BLOCK_N]"))
+    kernel = jit_function("_conv_kernel", params, body)
+
+    fwd = _forward(graph, ci, names, x, w, bias, epilogue)
+    tunables, defaults = _knobs(graph, dots, native)
+    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops), tile=("BLOCK_M", "BLOCK_N"))
+
+
+def _gather() -> list[str]:
+    """The input positions a convolution's [BLOCK_M, BLOCK_K] slab reads: o * stride - pad + k * dil."""
+    lines = []
+    for o, i, k, st, pad, dil in (("od", "idd", "kd", "SD", "PD", "DD"), ("oh", "ihh", "kh", "SH", "PH", "DH"),
+                                  ("ow", "iww", "kw", "SW", "PW", "DW")):  # fmt: skip
+        lines.append(f"    {i} = ({o} * {st} - {pad})[:, None] + {k}[None, :] * {dil}")
+    lines.append("    inside = (idd >= 0) & (idd < D) & (ihh >= 0) & (ihh < H) & (iww >= 0) & (iww < W)")
+    return lines
+
+
+def _transposed_gather() -> list[str]:
+    """A transposed convolution's: output o takes input i where i * stride - pad + k * dil = o, so
+    i = (o + pad - k * dil) / stride where that divides and lands inside the input."""
+    lines = ["    inside = k_ok[None, :]"]
+    for o, i, k, size, st, pad, dil in (("od", "idd", "kd", "D", "SD", "PD", "DD"),
+                                        ("oh", "ihh", "kh", "H", "SH", "PH", "DH"),
+                                        ("ow", "iww", "kw", "W", "SW", "PW", "DW")):  # fmt: skip
+        lines += [
+            f"    t_{i} = ({o} + {pad})[:, None] - {k}[None, :] * {dil}",
+            f"    {i} = tl.where(t_{i} >= 0, t_{i}, 0) // {st}",
+            f"    inside = inside & (t_{i} >= 0) & (t_{i} % {st} == 0) & ({i} < {size})",
+        ]
+    return lines
+
+
+def _weight_offset(ci: ConvInfo) -> str:
+    """Where weight element (k, c) is: w [C_out, C_in/groups * K] as a matrix; a transposed one's w
+    [C_in, C_out/groups, *K] holds (input channel, output channel, kernel position)."""
+    if ci.transposed:
+        return (
+            "((g * CIN_G + cin[:, None]).to(tl.int64) * COUT_G + bn[None, :]) * (KD * KH * KW) + r[:, None]"
+        )
+    return "(g * COUT_G + bn[None, :]).to(tl.int64) * K + k[:, None]"
+
+
+def _forward(
+    graph: OpGraph,
+    ci: ConvInfo,
+    names: Names,
+    x: TensorArg,
+    w: TensorArg,
+    bias: TensorArg | None,
+    epilogue: list[TensorArg],
+) -> list[str]:
+    args = forward_args(graph)
+    lx, lw = names.local(x.name), names.local(w.name)
+    lines = [f"{lx} = {source_expr(x, args)}.contiguous()", f"{lw} = {source_expr(w, args)}.contiguous()"]
+    lines += [
+        f"{names.local(t.name)} = {source_expr(t, args)}.contiguous()"
+        for t in [*([bias] if bias else []), *epilogue]
+    ]
+    pad = 3 - ci.dims  # leading unit spatial dims: a 1-d or 2-d convolution as a 3-d one
+    ones = "(1,) * " + str(pad) + " + " if pad else ""
+    stride, dilation = (1,) * pad + ci.stride, (1,) * pad + ci.dilation
+    padding = (0,) * pad + ci.padding
+    output_padding = (0,) * pad + (ci.output_padding or (0,) * ci.dims)
+    lines += [
+        f"_n, _cin = {lx}.shape[0], {lx}.shape[1]",
+        f"_D, _H, _W = {ones}tuple({lx}.shape[2:])",
+        f"_KD, _KH, _KW = {ones}tuple({lw}.shape[2:])",
+        f"_x = {lx}.reshape(_n, _cin, _D, _H, _W)",
+        f"_groups = {ci.groups}",
+        f"_cout = {lw}.shape[1] * _groups" if ci.transposed else f"_cout = {lw}.shape[0]",
+        f"_stride, _padding, _dilation = {stride!r}, {padding!r}, {dilation!r}",
+        *(
+            [
+                "_OD, _OH, _OW = ((s - 1) * st - 2 * p + d * (k - 1) + op + 1 for s, p, d, k, st, op in zip(",
+                f"    (_D, _H, _W), _padding, _dilation, (_KD, _KH, _KW), _stride, {output_padding!r}))",
+            ]
+            if ci.transposed
+            else [
+                "_OD, _OH, _OW = ((s + 2 * p - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in zip(",
+                "    (_D, _H, _W), _padding, _dilation, (_KD, _KH, _KW), _stride))",
+            ]
+        ),
+        f"_shape = (_n, _cout, *(_OD, _OH, _OW)[{pad}:])",
+        f"_device = {lx}.device",
+        *allocate(graph, "_shape"),
+        "if _out0.numel() == 0:",
+        f"    return {outputs_tuple(graph)}",
+        "_M, _cout_g, _cin_g = _n * _OD * _OH * _OW, _cout // _groups, _cin // _groups",
+        "_K = _cin_g * _KD * _KH * _KW",
+    ]
+    launch = ["_x", lw] + [names.local(t.name) for t in [*([bias] if bias else []), *epilogue]]
+    launch += [f"_out{i}" for i in range(len(graph.outputs))]
+    lines += [
+        '_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]',
+        "_conv_kernel[(triton.cdiv(_M, _bm) * triton.cdiv(_cout_g, _bn), _groups)](",
+        f"    {', '.join(launch)},",
+        "    _M, _cout, _cout_g, _cin_g, _K, _D, _H, _W, _OD, _OH, _OW, *_x.stride(),",
+        "    KD=_KD, KH=_KH, KW=_KW, SD=_stride[0], SH=_stride[1], SW=_stride[2],",
+        "    PD=_padding[0], PH=_padding[1], PW=_padding[2], DD=_dilation[0], DH=_dilation[1], DW=_dilation[2],",
+        '    BLOCK_M=_bm, BLOCK_N=_bn, BLOCK_K=_bk, GROUP_M=CONFIG["GROUP_M"], K_TILES=triton.cdiv(_K, _bk),',
+        '    DOT=CONFIG["DOT"], num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],',
+        ")",
+        f"return {outputs_tuple(graph)}",
+    ]
+    return lines
+
+
+def _knobs(
+    graph: OpGraph, dots: list[str], native: bool
+) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
+    m = max(graph.rows.values(), default=4096)
+    n = max(graph.cols.values(), default=64)
+    bm = pick([32, 64, 128], pow2_at_least(m))
+    bn = pick([16, 32, 64, 128], pow2_at_least(n))
+    tunables: dict[str, list[int | str]] = {
+        "BLOCK_M": [16, 32, 64, 128, 256],
+        "BLOCK_N": [16, 32, 64, 128, 256],
+        "BLOCK_K": [16, 32, 64, 128],
+        "GROUP_M": [1, 4, 8, 16],
+        "num_warps": [2, 4, 8],
+        "num_stages": [1, 2, 3, 4, 5],
+        "DOT": list(dots),
+    }
+    defaults: dict[str, int | str] = {
+        "BLOCK_M": bm,
+        "BLOCK_N": bn,
+        "BLOCK_K": 32,
+        "GROUP_M": 8,
+        "num_warps": 8 if bm * bn >= 128 * 128 else 4,
+        "num_stages": 3,
+        "DOT": dots[0],
+    }
+    return tunables, defaults
+
+
+__all__ = ["build"]
