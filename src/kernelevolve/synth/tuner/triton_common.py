@@ -25,6 +25,14 @@ PRECISIONS = ("strict_fp32", "tf32", "low")
 NEG_INF = 'float("-inf")'
 POS_INF = 'float("inf")'
 NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"  # torch's max/min/clamp/relu keep NaN
+HALF_DTYPES = {"bfloat16", "float16"}
+# The tl.dot precisions a GEMM-shaped template offers per precision policy, its default first
+# (`triton_gemm`, `triton_conv`); half inputs always take the native dot.
+DOT_CHOICES = {
+    "strict_fp32": ["ieee", "tf32x3"],
+    "tf32": ["tf32", "tf32x3", "ieee"],
+    "low": ["bf16", "tf32", "tf32x3", "ieee"],
+}
 
 
 class CodegenError(KernelevolveError, ValueError):
@@ -350,6 +358,18 @@ def kernel_params(tensors: list[TensorArg], graph: OpGraph, names: Names) -> lis
 
 def launch_args(tensors: list[TensorArg], graph: OpGraph, names: Names) -> list[str]:
     return [names.local(t.name) for t in tensors] + [f"_out{i}" for i in range(len(graph.outputs))]
+
+
+def dot_lines(indent: str = "    ") -> list[str]:
+    """`acc += a @ b` in the DOT tunable's precision (a GEMM-shaped template's K-loop body)."""
+    return [indent + line for line in (
+        'if DOT == "bf16":',
+        "    acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)",
+        'elif DOT == "native":',
+        "    acc = tl.dot(a, b, acc)",
+        "else:",
+        "    acc = tl.dot(a, b, acc, input_precision=DOT)",
+    )]  # fmt: skip
 
 
 def jit_function(name: str, params: list[str], body: list[str]) -> str:

@@ -27,11 +27,14 @@ from __future__ import annotations
 
 from kernelevolve.synth.tuner.ir import ConvInfo, OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_common import (
+    DOT_CHOICES,
+    HALF_DTYPES,
     CodegenError,
     Names,
     Parts,
     allocate,
     check_graph,
+    dot_lines,
     forward_args,
     helpers_for,
     jit_function,
@@ -45,12 +48,6 @@ from kernelevolve.synth.tuner.triton_common import (
     store,
 )
 
-_HALF = {"bfloat16", "float16"}
-_DOTS = {
-    "strict_fp32": ["ieee", "tf32x3"],
-    "tf32": ["tf32", "tf32x3", "ieee"],
-    "low": ["bf16", "tf32", "tf32x3", "ieee"],
-}
 _GEOMETRY = ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW")
 
 
@@ -72,8 +69,8 @@ def build(graph: OpGraph, precision: str) -> Parts:
         if t.layout not in ("full", "chan", "scalar"):
             raise CodegenError(f"a {t.layout} tensor ({t.name}) in a convolution's epilogue")
     ops = [op for op in graph.ops if op.out in live]
-    native = x.dtype == w.dtype and x.dtype in _HALF
-    dots = ["native"] if native else _DOTS[precision]
+    native = x.dtype == w.dtype and x.dtype in HALF_DTYPES
+    dots = ["native"] if native else DOT_CHOICES[precision]
 
     ptrs = [names.ptr(x.name), names.ptr(w.name)] + ([names.ptr(bias.name)] if bias else [])
     ptrs += [names.ptr(t.name) for t in epilogue] + [f"out{i}_ptr" for i in range(len(graph.outputs))]
@@ -119,12 +116,7 @@ def build(graph: OpGraph, precision: str) -> Parts:
         f"    a_ptrs = {ptrs[0]} + x_row[:, None] + cin[None, :].to(tl.int64) * sx_c + idd * sx_d + ihh * sx_h + iww * sx_w",
         f"    a = tl.load(a_ptrs, mask=inside & k_ok[None, :], other=0.0){cast_x}",
         f"    b = tl.load({ptrs[1]} + {_weight_offset(ci)}, mask=k_ok[:, None], other=0.0){cast_w}",
-        '    if DOT == "bf16":',
-        "        acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)",
-        '    elif DOT == "native":',
-        "        acc = tl.dot(a, b, acc)",
-        "    else:",
-        "        acc = tl.dot(a, b, acc, input_precision=DOT)",
+        *dot_lines(),
         "c2 = (g * COUT_G + rn)[None, :]",
         "n_ok = (rn < COUT_G)[None, :]",
         "mask = m_ok[:, None] & n_ok",

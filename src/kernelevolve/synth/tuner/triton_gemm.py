@@ -19,11 +19,14 @@ from __future__ import annotations
 
 from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_common import (
+    DOT_CHOICES,
+    HALF_DTYPES,
     CodegenError,
     Names,
     Parts,
     allocate,
     check_graph,
+    dot_lines,
     forward_args,
     helpers_for,
     jit_function,
@@ -36,13 +39,6 @@ from kernelevolve.synth.tuner.triton_common import (
     source_expr,
     store,
 )
-
-_HALF = {"bfloat16", "float16"}
-_DOTS = {
-    "strict_fp32": ["ieee", "tf32x3"],
-    "tf32": ["tf32", "tf32x3", "ieee"],
-    "low": ["bf16", "tf32", "tf32x3", "ieee"],
-}
 
 
 def build(graph: OpGraph, precision: str) -> Parts:
@@ -60,8 +56,8 @@ def build(graph: OpGraph, precision: str) -> Parts:
     live = needed(graph, graph.outputs)
     epilogue = [t for t in graph.tensors if t.name in live and t.name not in (gi.a, gi.b, gi.bias)]
     ops = [op for op in graph.ops if op.out in live]
-    native = a.dtype == b.dtype and a.dtype in _HALF
-    dots = ["native"] if native else _DOTS[precision]
+    native = a.dtype == b.dtype and a.dtype in HALF_DTYPES
+    dots = ["native"] if native else DOT_CHOICES[precision]
 
     ptrs = [names.ptr(a.name), names.ptr(b.name)] + ([names.ptr(bias.name)] if bias else [])
     ptrs += [names.ptr(t.name) for t in epilogue] + [f"out{i}_ptr" for i in range(len(graph.outputs))]
@@ -107,12 +103,7 @@ def build(graph: OpGraph, precision: str) -> Parts:
         "    else:",
         f"        a = tl.load(a_ptrs, mask=rk[None, :] < K - kt * BLOCK_K, other=0.0){cast_a}",
         f"        b = tl.load(b_ptrs, mask=rk[:, None] < K - kt * BLOCK_K, other=0.0){cast_b}",
-        '    if DOT == "bf16":',
-        "        acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)",
-        '    elif DOT == "native":',
-        "        acc = tl.dot(a, b, acc)",
-        "    else:",
-        "        acc = tl.dot(a, b, acc, input_precision=DOT)",
+        *dot_lines(),
         "    a_ptrs += BLOCK_K * stride_ak",
         "    b_ptrs += BLOCK_K * stride_bk",
         "m2 = rm[:, None]",
