@@ -78,7 +78,7 @@ class Sampled:
         norm = math.sqrt(
             sum(float(torch.linalg.vector_norm(s, dtype=torch.float64)) ** 2 for s in slabs(ref))
         )
-        return cls(tuple(ref.shape), ref.dtype, ref.device, idx, flat[idx].clone(), norm)
+        return cls(tuple(ref.shape), ref.dtype, ref.device, idx, flat[idx], norm)  # a gather: a copy
 
     def is_floating_point(self) -> bool:
         return bool(self.dtype.is_floating_point)
