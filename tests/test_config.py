@@ -1,4 +1,5 @@
-"""Layered settings (`kernelevolve.config`): defaults < workspace config.toml < KERNELEVOLVE_* < flags."""
+"""Layered settings (`kernelevolve.config`): defaults < workspace config.toml < KERNELEVOLVE_* < flags.
+Strictness and `kernelevolve config`: test_settings_strict.py."""
 
 from __future__ import annotations
 
@@ -103,10 +104,16 @@ def test_optional_float_from_the_environment(ws: Path, monkeypatch: pytest.Monke
     assert load_settings(ws).gpu_memory_fraction is None
 
 
-def test_unrelated_env_variables_are_ignored(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_declared_variables_are_accepted_and_others_refused(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `KERNELEVOLVE_*` variable that is not a setting is read by something else (declared in
+    `config.OTHER_VARIABLES`) or is a mistake: it was ignored, and a misspelling passed silently."""
     monkeypatch.setenv("KERNELEVOLVE_LEASE_DIR", "/nowhere")
-    monkeypatch.setenv("KERNELEVOLVE_NOT_A_SETTING", "x")
     assert load_settings(ws) == Settings(workspace=ws)
+    monkeypatch.setenv("KERNELEVOLVE_NOT_A_SETTING", "x")
+    with pytest.raises(WorkspaceError, match="unknown environment variable KERNELEVOLVE_NOT_A_SETTING"):
+        load_settings(ws)
 
 
 def test_unknown_toml_key_lists_valid_keys(ws: Path) -> None:

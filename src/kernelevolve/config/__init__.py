@@ -3,7 +3,18 @@
 The workspace's location is resolved first (flag, then `KERNELEVOLVE_WORKSPACE`, then
 `./.kernelevolve`), because its `config.toml` is one of the layers. Every other field can be set in
 any layer by its name: `timing_budget_s = 2.0` in the TOML, `KERNELEVOLVE_TIMING_BUDGET_S=2.0` in the
-environment, or the matching CLI flag.
+environment, or the matching CLI flag. `kernelevolve config` shows each value in force and its layer.
+
+Two halves. This module is the value: the `Settings` dataclass, which the rest of the code copies with
+`dataclasses.replace`, sends to worker processes and reads; it imports nothing beyond the standard
+library, so a worker never pays for a validation library. `config.layers` is the loading: it reads
+the layers with pydantic-settings and refuses what it cannot read exactly (a boolean that is not
+true/false/1/0/yes/no/on/off, a number that does not parse, a key or a `KERNELEVOLVE_*` variable
+that names no setting, with the nearest valid name). Only `load_settings` imports it.
+
+Some `KERNELEVOLVE_*` variables are not settings: `OTHER_VARIABLES` declares them (and what reads
+each), so that they are not refused as misspellings; a test fails when the code reads one that is
+neither a setting nor declared there.
 
 Secrets never live here: LLM keys (issue B) are read from the environment by the providers alone, and
 workers never see them (see `kernelevolve.evaluate.sandbox`).
@@ -13,9 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +31,18 @@ from typing import Any
 from kernelevolve.errors import WorkspaceError
 
 ENV_PREFIX = "KERNELEVOLVE_"
+WORKSPACE_VARIABLE = "KERNELEVOLVE_WORKSPACE"
 DEFAULT_WORKSPACE = Path(".kernelevolve")
+# `KERNELEVOLVE_*` variables that are not settings, and what reads each. Loading settings refuses any
+# other `KERNELEVOLVE_*` variable than these and the settings' own (`KERNELEVOLVE_<FIELD>`).
+OTHER_VARIABLES = {
+    WORKSPACE_VARIABLE: "the workspace directory, when no --workspace is given (resolve_workspace)",
+    "KERNELEVOLVE_SEAL_KEY_FILE": "the key that seals verdicts in the store (store/seal.py)",
+    "KERNELEVOLVE_PRICES": "a prices file for model providers (synth/providers/pricing.py)",
+    # set by the harness for its worker and profiling processes, readable by a user's too
+    "KERNELEVOLVE_NATIVE_CACHE": "where compiled native candidates are cached (native.py)",
+    "KERNELEVOLVE_LEASE_DIR": "where device leases are taken (evaluate/lease.py)",
+}
 PROFILE_MODES = ("auto", "off", "torch", "ncu")
 WORKER_STARTS = ("auto", "fork", "spawn")
 FITNESS_BASELINES = ("best", "eager", "compile")
@@ -176,70 +195,39 @@ def parse_devices(text: str) -> list[int]:
     return found
 
 
-def _field_types() -> dict[str, Any]:
-    hints = typing.get_type_hints(Settings)
-    return {f.name: hints[f.name] for f in dataclasses.fields(Settings)}
-
-
-def _coerce(name: str, value: Any, typ: Any) -> Any:
-    """Turn a TOML or environment value into the field's type, with an error that names the field."""
-    origin = typing.get_origin(typ)
-    args = typing.get_args(typ)
-    try:
-        if origin in (types.UnionType, typing.Union):  # Optional[X]
-            if value is None or (isinstance(value, str) and value.lower() in ("", "none", "auto")):
-                return None
-            inner = next(a for a in args if a is not type(None))
-            return _coerce(name, value, inner)
-        if origin is list:
-            if isinstance(value, str):
-                value = [v.strip() for v in value.split(",") if v.strip()]
-            return [str(v) for v in value]
-        if typ is bool:
-            if isinstance(value, str):
-                return value.lower() in ("1", "true", "yes", "on")
-            return bool(value)
-        if typ is Path:
-            return Path(value)
-        if typ is int and isinstance(value, float) and not value.is_integer():
-            raise ValueError(f"{value} is not a whole number")
-        return typ(value)
-    except (TypeError, ValueError) as exc:
-        raise WorkspaceError(f"setting {name!r}: cannot read {value!r} as {typ}", hint=str(exc)) from exc
+def setting_names() -> list[str]:
+    """The names a layer can set: every field but `workspace` (which is chosen before the layers)."""
+    return [f.name for f in dataclasses.fields(Settings) if f.name != "workspace"]
 
 
 def resolve_workspace(flag: str | Path | None = None) -> Path:
     if flag:
         return Path(flag)
-    env = os.environ.get(ENV_PREFIX + "WORKSPACE")
+    env = os.environ.get(WORKSPACE_VARIABLE)
     return Path(env) if env else DEFAULT_WORKSPACE
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where a setting's value in force came from: its layer, and the file or variable that set it."""
+
+    layer: str  # "default" | "toml" | "env" | "flag"
+    where: str | None = None  # the config.toml's path, the variable's name; None for default and flag
+
+    def __str__(self) -> str:
+        return f"{self.layer} {self.where}" if self.where else self.layer
+
+
 def load_settings(workspace: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
-    """Build settings from all layers. `overrides` are CLI flags; None values mean 'not given'."""
-    types_ = _field_types()
-    values: dict[str, Any] = {"workspace": resolve_workspace(workspace)}
-    toml_path = values["workspace"] / "config.toml"
-    if toml_path.is_file():
-        try:
-            data = tomllib.loads(toml_path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise WorkspaceError(f"{toml_path}: invalid TOML: {exc}", hint="fix or delete the file") from exc
-        for key, val in data.items():
-            if key not in types_ or key == "workspace":
-                raise WorkspaceError(
-                    f"{toml_path}: unknown setting {key!r}",
-                    hint="valid settings: " + ", ".join(sorted(k for k in types_ if k != "workspace")),
-                )
-            values[key] = _coerce(key, val, types_[key])
-    for key, typ in types_.items():
-        env = os.environ.get(ENV_PREFIX + key.upper())
-        if env is not None and key != "workspace":
-            values[key] = _coerce(key, env, typ)
-    for key, val in (overrides or {}).items():
-        if val is None:
-            continue
-        if key not in types_:
-            raise WorkspaceError(f"unknown setting {key!r}")
-        values[key] = _coerce(key, val, types_[key])
-    return Settings(**values).validate()
+    """Build settings from all layers. `overrides` are CLI flags; None values mean 'not given'.
+    Raises WorkspaceError, naming the file, variable or flag, for anything that cannot be read."""
+    return explain_settings(workspace, overrides)[0]
+
+
+def explain_settings(
+    workspace: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> tuple[Settings, dict[str, Source]]:
+    """`load_settings`, and each field's `Source` (`workspace` included)."""
+    from kernelevolve.config.layers import load  # pydantic: only here, never in a worker
+
+    return load(resolve_workspace(workspace), bool(workspace), overrides or {})

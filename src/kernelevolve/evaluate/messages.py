@@ -13,7 +13,7 @@ and a key the engine did not send fails where the message is read, not in the mi
   the roofline reads it.
 
 Deliberately not here: the messages the worker sends (`ready`, `phase`, `result`, ...; the engine
-reads them as dicts), validation of values (`config.py` validates the settings before they are
+reads them as dicts), validation of values (`kernelevolve.config` validates the settings before they are
 sent), and anything that imports torch: the worker imports this before taking its device lease.
 """
 
