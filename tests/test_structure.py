@@ -97,7 +97,7 @@ LAYERS = [
     ["search"],  # the tree search
     ["data", "cost"],  # records out of the workspace; the cost estimate
     ["jobs", "optimize", "agent_jobs", "bench"],  # the jobs behind the commands
-    ["cli_common", "cli", "cli_search", "cli_agent", "cli_kb", "cli_bench", "mcp_server"],
+    ["cli_common", "cli", "cli_search", "cli_agent", "cli_kb", "cli_bench", "mcp_server", "cli_config"],
 ]
 
 
