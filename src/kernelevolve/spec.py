@@ -227,15 +227,18 @@ def _describe(exc: BaseException, spec_path: Path) -> str:
 
 
 _PACKAGE = Path(__file__).resolve().parent
+_NOT_THE_SPEC = ("out of memory", "cannot allocate memory", "cuda error", "illegal memory access",
+                 "cublas_status", "cudnn_status", "hip error", "ecc error")  # fmt: skip
 
 
 def raised_by_spec(exc: BaseException, spec_path: Path) -> SpecError | None:
     """The SpecError to report for `exc` when the spec's own code raised it (a frame of the spec file
     in its traceback: the reference's forward at a shape, its constructor, get_inputs), naming the
-    spec's line; None for anything else (the harness's own failure) and for running out of memory,
-    which the harness plans around rather than blames on the spec."""
+    spec's line; None for anything else (the harness's own failure), for running out of memory,
+    which the harness plans around rather than blames on the spec, and for a device's own errors
+    (a lost CUDA context, a library's internal failure), which a fresh worker may not meet."""
     text = str(exc).lower()
-    if isinstance(exc, MemoryError) or "out of memory" in text or "cannot allocate memory" in text:
+    if isinstance(exc, MemoryError) or any(sign in text for sign in _NOT_THE_SPEC):
         return None
     if not any(_same_file(f.filename, spec_path) for f in traceback.extract_tb(exc.__traceback__)):
         return None
