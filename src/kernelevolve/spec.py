@@ -33,6 +33,10 @@ the reference too where the meta device cannot run it and the inputs are not lar
 `.item()`) is built on the CPU and then moved to meta. `probe_notes` says so per shape (`kernelevolve
 spec` shows it).
 
+Every failure is a `SpecError` naming the file; where the spec's own code raised (get_inputs, the
+constructor, the reference in a worker: `raised_by_spec`), it names the spec's line, not the torch
+frame below it where the error was noticed.
+
 Why one module (over 450 lines): the format, its validation, the meta-device probe and the
 fingerprint all read the same `KERNELEVOLVE` dict and the same `Spec` value; a reader checks what a
 spec may say in one place.
