@@ -171,10 +171,12 @@ def test_bench_takes_auto_as_well_as_all(tmp_path: Path) -> None:
 # -- 3. shell completion ---------------------------------------------------------------------------
 
 
-def test_completion_is_offered_and_completes_commands() -> None:
+def test_completion_is_offered_and_completes_commands(monkeypatch: pytest.MonkeyPatch) -> None:
     shown = invoke("--help").stdout
     assert "--install-completion" in shown and "--show-completion" in shown
-    script = invoke("--show-completion", "bash", env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
+    # the shell named, not detected (typer reads this when it builds the command, before the runner's env)
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
+    script = invoke("--show-completion", "bash")
     assert script.exit_code == 0 and "_KERNELEVOLVE_COMPLETE" in script.stdout
     completed = invoke(env={"_KERNELEVOLVE_COMPLETE": "complete_bash", "COMP_WORDS": "kernelevolve opt",
                             "COMP_CWORD": "1"})  # fmt: skip
