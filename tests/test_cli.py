@@ -71,13 +71,20 @@ def one_json(result: Result) -> Any:
     return json.loads(result.stdout)
 
 
+def one_verdict(result: Result) -> Any:
+    """`eval --json` is always {"spec": ..., "verdicts": [...]}: the one verdict of a one-candidate call."""
+    doc = one_json(result)
+    assert set(doc) == {"spec", "verdicts"} and len(doc["verdicts"]) == 1, doc
+    return doc["verdicts"][0]
+
+
 # -- eval ------------------------------------------------------------------------------------------
 
 
 def test_eval_json_of_an_honest_candidate(workspace: Path, cands: Path) -> None:
     result = invoke(*eval_args(workspace, cands / "honest.py"))
     assert result.exit_code == 0, result.stderr + result.stdout
-    doc = one_json(result)
+    doc = one_verdict(result)
     assert doc["status"] == "ok" and doc["correct"] is True
     assert isinstance(doc["speedup_vs_eager"], float) and doc["speedup_vs_eager"] > 0
     assert "speedup_vs_compile" in doc and doc["speedup_vs_compile"] is None  # --no-compile
@@ -96,7 +103,7 @@ def test_eval_json_of_an_honest_candidate(workspace: Path, cands: Path) -> None:
 def test_eval_json_of_an_incorrect_candidate_exits_1(workspace: Path, cands: Path) -> None:
     result = invoke(*eval_args(workspace, cands / "partial.py"))
     assert result.exit_code == 1, result.stderr + result.stdout
-    doc = one_json(result)
+    doc = one_verdict(result)
     assert doc["status"] == "incorrect" and doc["correct"] is False
     assert doc["fitness"] == 0.0 and doc["speedup_vs_eager"] is None
 
@@ -115,12 +122,13 @@ def test_eval_json_of_a_folder_lists_spec_and_verdicts(workspace: Path, cands: P
     assert {(v["candidate_hash"], v["status"]) for v in doc["verdicts"]} <= recorded
 
 
-def test_eval_of_a_missing_spec_exits_2_naming_the_file(workspace: Path, cands: Path) -> None:
+def test_eval_of_a_missing_spec_exits_5_naming_the_file(workspace: Path, cands: Path) -> None:
     missing = workspace.parent / "no_such_spec.py"
     result = invoke("eval", missing, cands / "honest.py", "--json", "--platform", "cpu",
                     "--workspace", workspace)  # fmt: skip
-    assert result.exit_code == 2
-    assert result.stdout == ""
+    assert result.exit_code == 5  # the spec cannot be used (2 was every bad input before exit 5 existed)
+    error = one_json(result)  # with --json, the error is the one document on stdout
+    assert error["exit_code"] == 5 and error["kind"] == "SpecError" and "no such file" in error["error"]
     assert str(missing) in result.stderr  # never wrapped: paths stay greppable
     assert "error" in result.stderr and "no such file" in result.stderr
 
@@ -128,14 +136,14 @@ def test_eval_of_a_missing_spec_exits_2_naming_the_file(workspace: Path, cands: 
 def test_eval_error_names_a_long_path_on_one_line(tmp_path: Path, workspace: Path, cands: Path) -> None:
     missing = tmp_path / ("a_rather_long_directory_name_" * 3) / "spec.py"
     result = invoke("eval", missing, cands / "honest.py", "--platform", "cpu", "--workspace", workspace)
-    assert result.exit_code == 2
+    assert result.exit_code == 5
     assert str(missing) in result.stderr
 
 
 def test_eval_error_names_a_path_with_brackets(tmp_path: Path) -> None:
     missing = tmp_path / "run[b]" / "spec.py"
     result = invoke("spec", missing)
-    assert result.exit_code == 2
+    assert result.exit_code == 5
     assert "run[b]" in result.stderr
 
 
@@ -153,7 +161,7 @@ def test_eval_survives_a_candidate_error_that_looks_like_markup(workspace: Path,
     result = invoke(*eval_args(workspace, cand))
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert result.exit_code == 1
-    doc = one_json(result)
+    doc = one_verdict(result)
     assert doc["status"] == "runtime_error" and "[/x]" in doc["message"]
 
 
@@ -166,7 +174,7 @@ def test_eval_with_a_relative_spec_path(
     result = invoke("eval", "softmax.py", cands / "honest.py", "--json", "--no-compile", "--platform",
                     "cpu", "--timing-budget", "0.15", "--workspace", workspace)  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    assert one_json(result)["status"] == "ok"
+    assert one_verdict(result)["status"] == "ok"
 
 
 # -- spec -------------------------------------------------------------------------------------------
@@ -187,12 +195,12 @@ def test_spec_json_shows_shapes_weights_and_fingerprint() -> None:
     assert shapes["wide"]["inputs"] == ["float32[16, 4096]"]
 
 
-def test_spec_with_a_syntax_error_exits_2(tmp_path: Path) -> None:
+def test_spec_with_a_syntax_error_exits_5(tmp_path: Path) -> None:
     bad = tmp_path / "broken_spec.py"
     bad.write_text("import torch\n\nclass Model(torch.nn.Module:\n    pass\n")
     result = invoke("spec", bad, "--json")
-    assert result.exit_code == 2
-    assert result.stdout == ""
+    assert result.exit_code == 5
+    assert one_json(result)["exit_code"] == 5
     assert "syntax error" in result.stderr and "broken_spec.py" in result.stderr
 
 

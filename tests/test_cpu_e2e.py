@@ -16,7 +16,7 @@ import pytest
 
 from kernelevolve import jobs
 from kernelevolve.config import Settings
-from kernelevolve.errors import SpecError
+from kernelevolve.errors import KernelevolveError, SpecError
 from kernelevolve.evaluate import EvaluatorPool, Status
 from kernelevolve.platforms import get_platform
 from kernelevolve.spec import load_spec
@@ -374,11 +374,14 @@ def test_expand_candidates_takes_modelnew_files_of_a_folder_without_the_spec(tmp
 
 
 def test_expand_candidates_refuses_a_missing_path(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="no such candidate"):
+    # bad input (the CLI's exit 2), not a broken spec (exit 5)
+    with pytest.raises(KernelevolveError, match="no such candidate") as caught:
         jobs.expand_candidates([tmp_path / "missing.py"], tmp_path / "spec.py")
+    assert not isinstance(caught.value, SpecError)
 
 
 def test_expand_candidates_refuses_a_folder_without_candidates(tmp_path: Path) -> None:
     (tmp_path / "helper.py").write_text("X = 1\n")
-    with pytest.raises(SpecError, match="no candidate files"):
+    with pytest.raises(KernelevolveError, match="no candidate files") as caught:
         jobs.expand_candidates([tmp_path], tmp_path / "spec.py")
+    assert not isinstance(caught.value, SpecError)

@@ -1,8 +1,10 @@
 """The command line: the only place that prints or exits.
 
-Progress goes to stderr; `--json` puts one JSON document on stdout for scripts. Exit codes:
-0 success (every candidate `ok`), 1 a candidate was not `ok` (its verdict says why), 2 bad input
-(spec, paths, settings, platform), 3 the harness itself failed.
+Progress goes to stderr (`--quiet` silences it); `--json` puts one JSON document on stdout for
+scripts, an error included. Exit codes are one table for every command (`cli_common.EXIT_CODES`,
+shown by `kernelevolve --help`): 0 success, 1 no correct kernel or a candidate not `ok`, 2 usage
+error, 3 the harness failed, 4 a correct kernel not faster than the baseline, 5 the spec cannot be
+used, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from kernelevolve.cli_common import (
     fail,
     fmt_x,
     out,
+    set_verbosity,
     settings_for,
 )
 from kernelevolve.errors import KernelevolveError
@@ -97,7 +100,8 @@ def eval_cmd(
     Examples:
       kernelevolve eval examples/softmax/spec.py examples/softmax/triton_rowsoftmax.py
       kernelevolve eval examples/softmax/spec.py examples/softmax/ --platform cpu --json
-    With one candidate, --json prints its verdict; with several, {"spec": ..., "verdicts": [...]}.
+    --json prints one object, {"spec": {...}, "verdicts": [{...}, ...]}, whatever the number of
+    candidates: one verdict per candidate, in the order given (a folder's files sorted by name).
     """
     from kernelevolve import jobs
 
@@ -116,12 +120,10 @@ def eval_cmd(
         )
         loaded, verdicts = jobs.evaluate(spec, candidates, settings, on_event=_progress())
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     if as_json:
-        doc: Any = verdicts[0].to_dict() if len(verdicts) == 1 else {
-            "spec": loaded.summary(), "verdicts": [v.to_dict() for v in verdicts]
-        }  # fmt: skip
+        doc = {"spec": loaded.summary(), "verdicts": [v.to_dict() for v in verdicts]}
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     else:
         _print_verdicts(verdicts)
@@ -218,7 +220,7 @@ def baseline(
         settings = settings_for(workspace, platform=platform, device=device, timing_budget_s=timing_budget)
         loaded, rows, key, errors = jobs.baselines(spec, settings)
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     if as_json:
         sys.stdout.write(
@@ -283,7 +285,7 @@ def platforms(
                     row["profile"], _ = jobs.hardware_profile(p, settings, ws, remeasure=remeasure)
             rows.append(row)
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     if as_json:
         sys.stdout.write(json.dumps({"platforms": rows}, indent=2, default=str) + "\n")
@@ -336,7 +338,7 @@ def spec_cmd(
     try:
         loaded = load_spec(spec)
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     summary = loaded.summary()
     if as_json:
@@ -365,8 +367,18 @@ def main_callback(
     version: Annotated[
         bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version.")
     ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print results and errors only: no progress on stderr.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Debug logging of the library on stderr, beside progress.")
+    ] = False,
 ) -> None:
-    """kernelevolve: search for faster GPU kernels, verified against the PyTorch reference."""
+    """kernelevolve: search for faster GPU kernels, verified against the PyTorch reference.
+
+    Global options go before the command: kernelevolve --quiet optimize SPEC --json
+    """
+    set_verbosity(quiet, verbose)
 
 
 def main() -> None:

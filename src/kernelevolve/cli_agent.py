@@ -65,7 +65,7 @@ def agent_start(
             spec, settings, SearchConfig(policy=policy, draft=drafts).validate(), limits, SynthConfig("agent")
         )
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     if as_json:
         sys.stdout.write(json.dumps({"run_id": run_id}) + "\n")
@@ -89,9 +89,9 @@ def agent_next(
     from kernelevolve import agent_jobs as agent
 
     try:
-        task = agent.next_task(settings_for(workspace).workspace, run, new=new)
+        task = agent.next_task(settings_for(workspace, existing=True).workspace, run, new=new)
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     if as_json:
         sys.stdout.write(json.dumps(task, indent=2) + "\n")
@@ -129,10 +129,10 @@ def agent_submit(
 
     try:
         result = agent.submit(
-            settings_for(workspace).workspace, run, node, agent.read_candidate(file), note=note
+            settings_for(workspace, existing=True).workspace, run, node, agent.read_candidate(file), note=note
         )
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
@@ -164,7 +164,7 @@ def agent_lint(
     from kernelevolve import agent_jobs as agent
 
     try:
-        said = agent.lint(settings_for(workspace).workspace, run, agent.read_candidate(file))
+        said = agent.lint(settings_for(workspace, existing=True).workspace, run, agent.read_candidate(file))
     except KernelevolveError as exc:
         fail(exc)
         return
@@ -188,9 +188,9 @@ def agent_remeasure(
     from kernelevolve import agent_jobs as agent
 
     try:
-        result = agent.remeasure(settings_for(workspace).workspace, run, node)
+        result = agent.remeasure(settings_for(workspace, existing=True).workspace, run, node)
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
@@ -210,9 +210,9 @@ def agent_finish(
     from kernelevolve import agent_jobs as agent
 
     try:
-        summary = agent.finish(settings_for(workspace).workspace, run)
+        summary = agent.finish(settings_for(workspace, existing=True).workspace, run)
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     emit_summary(summary, as_json)
 

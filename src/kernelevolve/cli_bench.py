@@ -2,9 +2,11 @@
 
 `bench DIR` runs the search over every spec of a folder (a suite or a KernelBench level) and ends with
 one table; `--json` prints the bench document on stdout, `--report OUT` writes it as markdown, CSV,
-JSON, PNG plots and one HTML page. Running the same command again resumes the bench. Exit codes: 0 the
-bench ran to its end (whether or not every op got a correct kernel), 2 bad input, 3 the harness
-failed, 130 interrupted (the bench is stored; the same command resumes it).
+JSON, PNG plots and one HTML page. Running the same command again resumes the bench. Exit codes
+(`cli_common.EXIT_CODES`): 0 the bench ran to its end (whether or not every op got a correct kernel:
+its table says), 2 bad input, 3 the harness failed, 130 interrupted (the bench is stored; the same
+command resumes it). `benches` and `export` only read the workspace: one that is not there is an
+error, not created.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelevolve.cli_common import (
+    DEVICES_HELP,
     BudgetOpt,
     JsonOpt,
     PlatformOpt,
@@ -28,8 +31,10 @@ from kernelevolve.cli_common import (
     err,
     fail,
     fmt_x,
+    interrupted,
     limits_from,
     out,
+    parse_devices_option,
     settings_for,
 )
 from kernelevolve.errors import KernelevolveError
@@ -157,7 +162,7 @@ def bench(
     platform: PlatformOpt = None,
     device: Annotated[int | None, typer.Option("--device", help="Device index.")] = None,
     devices: Annotated[
-        str | None, typer.Option(help="Run specs on several devices at once: 0,1,2,3 or all (GPUs).")
+        str | None, typer.Option(help=f"Run specs on several GPUs at once. {DEVICES_HELP}")
     ] = None,
     per_device: Annotated[
         int, typer.Option(help="Specs run at once on each device (timings still take turns per device).")
@@ -175,8 +180,8 @@ def bench(
       kernelevolve bench suites/recsys --budget 50
       kernelevolve bench PATH/TO/kernelbench/level2 --budget 20 --baseline compile
       kernelevolve bench suites/llm --report out/ --json > bench.json
-      kernelevolve bench suites --devices all          # one spec per GPU at a time
-      kernelevolve bench suites --devices all --per-device 3   # three per GPU: more host CPU, 1/3 the memory
+      kernelevolve bench suites --devices auto         # one spec per GPU at a time
+      kernelevolve bench suites --devices auto --per-device 3   # three per GPU: more host CPU, 1/3 the memory
     Run the same command again to resume; --fresh starts over, --redo NAME runs one spec again.
     """
     from kernelevolve.bench import run_bench
@@ -189,36 +194,38 @@ def bench(
         search = SearchConfig(policy=policy).validate()
         limits = limits_from(budget, None, None, max_usd, None, None)
         synth = SynthConfig(name=llm or "tuner", base_url=base_url)
+        if synth.is_model:
+            from kernelevolve.cost import require_price
+
+            require_price(synth, limits.max_usd, settings)  # once here, not once per spec's run
         doc = run_bench(directory, settings, search, limits, synth, track=track, fresh=fresh, only=only, redo=redo,
                         devices=_devices(devices), per_device=per_device, on_event=_bench_progress())  # fmt: skip
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted: the bench is stored; run the same command again to resume it[/]")
-        raise typer.Exit(130) from None
+        raise interrupted("the bench is stored; run the same command again to resume it", as_json) from None
     _finish(doc, report, as_json)
 
 
 def _devices(text: str | None) -> list[int] | None:
+    """The GPUs a bench spreads its specs over, from `--devices` in the vocabulary of every command
+    (`parse_devices_option`): auto (or its alias all) is every visible GPU."""
     from kernelevolve.errors import WorkspaceError
 
-    if text is None:
+    canonical = parse_devices_option(text)
+    if canonical is None:
         return None
-    if text == "all":
+    if canonical == "auto":
         import torch
 
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise WorkspaceError("--devices all: no GPU is visible", hint="leave --devices out on the CPU")
+            raise WorkspaceError(
+                f"--devices {text}: no GPU is visible", hint="leave --devices out on the CPU"
+            )
         return list(range(count))
-    try:
-        found = [int(d) for d in text.split(",") if d.strip()]
-    except ValueError:
-        raise WorkspaceError(f"--devices {text!r}: give indices like 0,1,2,3 or all") from None
-    if not found or len(set(found)) != len(found) or min(found) < 0:
-        raise WorkspaceError(f"--devices {text!r}: give distinct indices like 0,1,2,3 or all")
-    return found
+    return [int(d) for d in canonical.split(",")]
 
 
 @benches_app.command("list")
@@ -227,10 +234,10 @@ def benches_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> No
     from kernelevolve.store import Workspace
 
     try:
-        with Workspace.open(settings_for(workspace).workspace) as ws:
+        with Workspace.open(settings_for(workspace, existing=True).workspace) as ws:
             rows = ws.benches()
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     if as_json:
         sys.stdout.write(json.dumps({"benches": rows}, indent=2, default=str) + "\n")
@@ -259,10 +266,10 @@ def benches_show(
     from kernelevolve.store import Workspace
 
     try:
-        with Workspace.open(settings_for(workspace).workspace) as ws:
+        with Workspace.open(settings_for(workspace, existing=True).workspace) as ws:
             doc = bench_document(ws, ws.resolve_bench(bench_id))
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     _finish(doc, report, as_json)
 
@@ -290,7 +297,7 @@ def export(
     try:
         if fmt not in FORMATS:
             raise WorkspaceError(f"unknown format {fmt!r}", hint="formats: " + ", ".join(FORMATS))
-        with Workspace.open(settings_for(workspace).workspace) as ws:
+        with Workspace.open(settings_for(workspace, existing=True).workspace) as ws:
             ids = [ws.resolve_run(r) for r in runs or []]
             if bench_id is not None:
                 ids += [i["run_id"] for i in ws.bench_items(ws.resolve_bench(bench_id)) if i["run_id"]]

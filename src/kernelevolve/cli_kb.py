@@ -1,7 +1,9 @@
 """The knowledge commands: kb (search, add, list, show, export, import), skills (list, show), profile.
 
 Registered on `cli.app` (see cli.py). Output goes to stdout (tables, or one JSON document with
-`--json`); errors to stderr with a hint, exit code 2.
+`--json`, an error included); errors to stderr with a hint, exit code 2. The kb commands index the
+shipped documents into the workspace, creating it where needed; `skills` and `kb export` only read
+one, and refuse a workspace that does not exist.
 """
 
 from __future__ import annotations
@@ -38,18 +40,20 @@ app.add_typer(kb_app, name="kb")
 app.add_typer(skills_app, name="skills")
 
 
-def _with_kb(workspace: Path | None, work: Callable[[Any, Any], T]) -> T:
+def _with_kb(
+    workspace: Path | None, work: Callable[[Any, Any], T], as_json: bool = False, existing: bool = False
+) -> T:
     """Open the workspace and its knowledge base and run `work(ws, kb)`; a library error becomes the
-    CLI's error message and exit code."""
+    CLI's error message and exit code. `existing`: refuse a workspace that is not there."""
     from kernelevolve.knowledge.index import KnowledgeBase
     from kernelevolve.store import Workspace
 
     try:
-        settings = settings_for(workspace)
+        settings = settings_for(workspace, existing=existing)
         with Workspace.open(settings.workspace) as ws:
             return work(ws, KnowledgeBase.for_settings(ws, settings))
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         raise  # _fail always exits
 
 
@@ -66,7 +70,7 @@ def kb_search(
     target: Annotated[
         str | None, typer.Option(help="Hardware target, e.g. cuda:sm90 (boosts its documents).")
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n")] = 5,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Documents to show.")] = 5,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -82,6 +86,7 @@ def kb_search(
         lambda ws, kb: kb.search(
             query, platform=platform, limit=limit, **({"target": target} if target else {})
         ),
+        as_json,
     )
     if as_json:
         _dump({"query": query, "results": [{"id": h.doc.id, "title": h.doc.title, "category": h.doc.category,
@@ -117,9 +122,9 @@ def kb_add(
     files again replaces them.
     """
     if not path.exists():
-        fail(KernelevolveError(f"{path}: no such file or folder"))
+        fail(KernelevolveError(f"{path}: no such file or folder"), as_json)
         return
-    docs = _with_kb(workspace, lambda ws, kb: kb.add(path, platform))
+    docs = _with_kb(workspace, lambda ws, kb: kb.add(path, platform), as_json)
     if as_json:
         _dump({"added": len(docs), "ids": [d.id for d in docs]})
         return
@@ -129,7 +134,9 @@ def kb_add(
 
 @kb_app.command("list")
 def kb_list(
-    platform: Annotated[str | None, typer.Option("--platform", "-p")] = None,
+    platform: Annotated[
+        str | None, typer.Option("--platform", "-p", help="Only documents for this platform.")
+    ] = None,
     category: Annotated[
         str | None, typer.Option(help="constraint | guidance | hardware | sample | skill | user")
     ] = None,
@@ -137,7 +144,7 @@ def kb_list(
     as_json: JsonOpt = False,
 ) -> None:
     """List indexed documents."""
-    docs = _with_kb(workspace, lambda ws, kb: kb.listing(platform, category))
+    docs = _with_kb(workspace, lambda ws, kb: kb.listing(platform, category), as_json)
     if as_json:
         _dump([{k: v for k, v in d.to_dict().items() if k != "body"} for d in docs])
         return
@@ -156,12 +163,13 @@ def kb_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Print one document."""
-    found = _with_kb(workspace, lambda ws, kb: kb.get(doc))
+    found = _with_kb(workspace, lambda ws, kb: kb.get(doc), as_json)
     if found is None:
         fail(
             KernelevolveError(
                 f"no document {doc!r} (or it names several)", hint="`kernelevolve kb list` shows the ids"
-            )
+            ),
+            as_json,
         )
         return
     if as_json:
@@ -180,7 +188,7 @@ def kb_export(
     """Write this workspace's verified kernels, skills and added documents to one file."""
     from kernelevolve.knowledge.share import export_bundle
 
-    counts = _with_kb(workspace, lambda ws, kb: export_bundle(ws, path))
+    counts = _with_kb(workspace, lambda ws, kb: export_bundle(ws, path), existing=True)
     out.print(
         f"wrote {path}: {counts['kernels']} kernels, {counts['skills']} skills, {counts['docs']} documents"
     )
@@ -206,7 +214,7 @@ def skills_list(
     as_json: JsonOpt = False,
 ) -> None:
     """List skills with their status and provenance."""
-    skills = _with_kb(workspace, lambda ws, kb: ws.skills(status))
+    skills = _with_kb(workspace, lambda ws, kb: ws.skills(status), as_json, existing=True)
     if as_json:
         _dump(skills)
         return
@@ -227,12 +235,13 @@ def skills_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Print one skill: its text, change and provenance."""
-    found = _with_kb(workspace, lambda ws, kb: ws.skill(skill))
+    found = _with_kb(workspace, lambda ws, kb: ws.skill(skill), as_json, existing=True)
     if found is None:
         fail(
             KernelevolveError(
                 f"no skill {skill!r} (or it names several)", hint="`kernelevolve skills list` shows them"
-            )
+            ),
+            as_json,
         )
         return
     if as_json:
@@ -273,7 +282,7 @@ def profile_cmd(
         settings = settings_for(workspace, platform=platform, profile=profiler)
         result = profile_file(spec, candidate, settings, shape=shape)
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     if as_json:
         _dump(result)

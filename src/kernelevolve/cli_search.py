@@ -1,8 +1,10 @@
 """The search commands: optimize, resume, runs, show, tune. Registered on `cli.app` (see cli.py).
 
-Progress goes to stderr, one line per event; `--json` prints one summary object on stdout. Exit
-codes: 0 the run ended with a correct kernel, 1 it ended without one, 2 bad input, 3 the harness
-failed. Ctrl-C stops a run cleanly (exit 130); `kernelevolve resume RUN` continues it.
+Progress goes to stderr, one line per event; `--json` prints one summary object on stdout, with
+`outcome` (`faster`, `not_faster`, `no_correct_kernel`) and `exit_code`. Exit codes
+(`cli_common.EXIT_CODES`): 0 a correct kernel faster than the baseline, 4 a correct kernel that is
+not, 1 no correct kernel, 2 bad input, 3 the harness failed, 5 the spec cannot be used. Ctrl-C
+stops a run cleanly (exit 130); `kernelevolve resume RUN` continues it.
 
 Why one module (over 450 lines): the five commands share one progress printer, one summary
 printer and the exit-code rules; each command is a short block that reads top to bottom.
@@ -20,6 +22,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelevolve.cli_common import (
+    DEVICES_HELP,
+    EXIT_NOT_FASTER,
+    EXIT_NOT_OK,
+    EXIT_OK,
     BudgetOpt,
     JsonOpt,
     PlatformOpt,
@@ -29,8 +35,10 @@ from kernelevolve.cli_common import (
     err,
     fail,
     fmt_x,
+    interrupted,
     limits_from,
     out,
+    parse_devices_option,
     settings_for,
 )
 from kernelevolve.errors import KernelevolveError
@@ -105,10 +113,23 @@ def _search_progress(state: dict[str, Any] | None = None) -> Any:
     return on_event
 
 
-def _interrupted(run_id: str | None) -> typer.Exit:
+def _interrupted(run_id: str | None, as_json: bool) -> typer.Exit:
     what = f"kernelevolve resume {run_id}" if run_id else "kernelevolve runs` and `kernelevolve resume RUN"
-    err.print(f"[yellow]interrupted: the run is stored; continue it with `{escape(what)}`[/]")
-    return typer.Exit(130)
+    return interrupted(f"the run is stored; continue it with `{what}`", as_json)
+
+
+def outcome(summary: dict[str, Any]) -> tuple[str, int]:
+    """What a finished run found, as a word and an exit code: `faster` (0) when the best kernel,
+    re-measured in a fresh worker, beats the run's fitness baseline by more than its measured spread
+    (and 1%, the search's smallest gain); `not_faster` (4) when the best kernel is correct but is not
+    (or its re-measurement was not ok); `no_correct_kernel` (1) when no candidate was correct."""
+    if summary.get("best_node") is None:
+        return "no_correct_kernel", EXIT_NOT_OK
+    fitness = summary.get("best_fitness")
+    spread = (summary.get("final") or {}).get("spread") or 0.0
+    if fitness is not None and fitness > 1.0 + max(spread, 0.01):
+        return "faster", EXIT_OK
+    return "not_faster", EXIT_NOT_FASTER
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -118,6 +139,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"[red]run {summary['run_id']}: no correct kernel found[/] ({escape(summary['stop_reason'])})"
         )
     else:
+        if summary.get("outcome") == "not_faster":
+            out.print(f"[yellow]run {summary['run_id']}: the best correct kernel is not faster than the "
+                      f"baseline ({b}); the export keeps the reference where it is faster[/]")  # fmt: skip
         against = (
             f"{fmt_x(summary.get('best_speedup_vs_best'))} vs {summary.get('best_baseline') or 'the best baseline'} "
             "(the faster baseline), "
@@ -188,12 +212,15 @@ def _us(value: float | None) -> str:
 
 
 def emit_summary(summary: dict[str, Any], as_json: bool) -> None:
+    """Print a finished run's summary (with its `outcome` and `exit_code`) and exit with that code."""
+    word, code = outcome(summary)
+    summary = {**summary, "outcome": word, "exit_code": code}
     if as_json:
         slim = {k: v for k, v in summary.items() if k != "final"}
         sys.stdout.write(json.dumps(slim, indent=2, default=str) + "\n")
     else:
         _print_summary(summary)
-    raise typer.Exit(0 if summary.get("best_node") is not None else 1)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -212,7 +239,10 @@ def optimize(
     budget: BudgetOpt = None,
     wall: Annotated[float | None, typer.Option("--wall", help="Wall-clock budget in seconds.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Token budget (prompt + completion).")] = None,
-    max_usd: Annotated[float | None, typer.Option(help="USD budget, from the price table.")] = None,
+    max_usd: Annotated[
+        float | None,
+        typer.Option(help="USD budget, from the price table; a model without a price there is refused."),
+    ] = None,
     patience: Annotated[
         int | None, typer.Option(help="Stop after this many candidates without a new best.")
     ] = None,
@@ -230,8 +260,7 @@ def optimize(
     platform: PlatformOpt = None,
     device: Annotated[int | None, typer.Option("--device", help="Use this device alone.")] = None,
     devices: Annotated[
-        str | None,
-        typer.Option(help="Devices to spread candidates over: 0,1,2,3 or auto (every visible one)."),
+        str | None, typer.Option(help=f"Candidates are spread over these. {DEVICES_HELP}")
     ] = None,
     baseline: Annotated[
         str | None,
@@ -273,7 +302,7 @@ def optimize(
         settings = settings_for(
             workspace, platform=platform, device=device, fitness_baseline=baseline, workers=workers,
             timing_budget_s=timing_budget, executor=executor, ray_address=ray_address,
-            devices=devices if devices is not None else (str(device) if device is not None else None),
+            devices=parse_devices_option(devices) or (str(device) if device is not None else None),
         )  # fmt: skip
         search = SearchConfig(
             policy=policy, draft=draft, schedule=tuple(m.strip() for m in schedule.split(",") if m.strip()),
@@ -282,17 +311,19 @@ def optimize(
         limits = limits_from(budget, wall, max_tokens, max_usd, patience, target)
         synth = SynthConfig(name=llm or "tuner", base_url=base_url, single_shot=single_shot)
         if synth.is_model:  # what the model will likely cost, before the first call
-            from kernelevolve.cost import estimate
+            from kernelevolve.cost import estimate, require_price
             from kernelevolve.store import Workspace
+
+            require_price(synth, limits.max_usd, settings)
 
             with Workspace.open(settings.workspace) as ws:
                 err.print(f"[dim]{escape(estimate(ws, synth, limits.budget, settings).line())}[/]")
         summary = jobs.optimize(spec, settings, search, limits, synth, on_event=_search_progress(state))
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     except KeyboardInterrupt:
-        raise _interrupted(state.get("run_id")) from None
+        raise _interrupted(state.get("run_id"), as_json) from None
     emit_summary(summary, as_json)
 
 
@@ -304,7 +335,8 @@ def resume(
         int | None, typer.Option("--device", help="Use this device alone (default: the run's own).")
     ] = None,
     devices: Annotated[
-        str | None, typer.Option(help="Devices to spread candidates over (default: the run's own).")
+        str | None,
+        typer.Option(help=f"Candidates are spread over these (default: the run's own). {DEVICES_HELP}"),
     ] = None,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
@@ -324,19 +356,19 @@ def resume(
     from kernelevolve.store import Workspace
 
     try:
-        settings = settings_for(workspace)
+        settings = settings_for(workspace, existing=True)
         limits = None
         if budget is not None:
             with Workspace.open(settings.workspace) as ws:
                 limits = replace(Limits(**ws.run(run)["limits"]), budget=budget).validate()
         err.print(f"[bold]resuming run {escape(run)}[/]")
-        where = _placement(device, devices)
+        where = _placement(device, parse_devices_option(devices))
         summary = jobs.drive(run, settings.workspace, _search_progress(), limits=limits, where=where)
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     except KeyboardInterrupt:
-        raise _interrupted(run) from None
+        raise _interrupted(run, as_json) from None
     emit_summary(summary, as_json)
 
 
@@ -355,7 +387,11 @@ def _placement(device: int | None, devices: str | None) -> dict[str, Any] | None
 
 
 @app.command("runs")
-def runs_cmd(workspace: WorkspaceOpt = None, limit: int = 50, as_json: JsonOpt = False) -> None:
+def runs_cmd(
+    workspace: WorkspaceOpt = None,
+    limit: Annotated[int, typer.Option(help="Show the newest this many runs.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
     """List the workspace's runs, newest first.
 
     \b
@@ -365,9 +401,9 @@ def runs_cmd(workspace: WorkspaceOpt = None, limit: int = 50, as_json: JsonOpt =
     from kernelevolve import optimize as jobs
 
     try:
-        rows = jobs.runs(settings_for(workspace).workspace, limit)
+        rows = jobs.runs(settings_for(workspace, existing=True).workspace, limit)
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     if as_json:
         slim = [{k: v for k, v in r.items() if k != "summary"} | _headline(r) for r in rows]
@@ -426,7 +462,7 @@ def show(
     from kernelevolve.store import Workspace
 
     try:
-        settings = settings_for(workspace)
+        settings = settings_for(workspace, existing=True)
         record, nodes = jobs.show(settings.workspace, run)
         if node is not None:
             with Workspace.open(settings.workspace) as ws:
@@ -434,7 +470,7 @@ def show(
             if not nodes:
                 raise KernelevolveError(f"run {record['run_id']} has no node {node}")
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
     if as_json:
         sys.stdout.write(json.dumps({"run": record, "nodes": nodes}, indent=2, default=str) + "\n")
@@ -502,8 +538,10 @@ def tune(
             on_event=_search_progress(),
         )  # fmt: skip
     except KernelevolveError as exc:
-        fail(exc)
+        fail(exc, as_json)
         return
+    except KeyboardInterrupt:
+        raise interrupted("each shape's run is stored; `kernelevolve runs` lists them", as_json) from None
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
         return

@@ -10,6 +10,11 @@ metered by whoever runs the agent.
 
 It is an estimate: the caps are what bound the spend. `Estimate.line()` says which basis it used and,
 where a workspace-wide cap is set, what the cap leaves.
+
+A USD cap only bounds a model the price table knows: the meter counts an unpriced model as $0 (a
+local server must not crash for want of a price). `require_price` therefore refuses to start a job
+that has a USD cap (`--max-usd`, or `workspace_max_usd`) and a model without a price, and says where
+to give one; without a USD cap an unpriced model runs, and the estimate says its cost is unknown.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kernelevolve.config import Settings
+from kernelevolve.errors import WorkspaceError
 from kernelevolve.store import Workspace
 from kernelevolve.synth import SynthConfig
 
@@ -80,4 +86,25 @@ def estimate(ws: Workspace, synth: SynthConfig, candidates: int, settings: Setti
     return Estimate(synth.name, candidates, tokens_in, tokens_out, usd, basis, left)
 
 
-__all__ = ["DEFAULT_TOKENS_PER_CANDIDATE", "Estimate", "estimate"]
+def require_price(synth: SynthConfig, max_usd: float | None, settings: Settings) -> None:
+    """Refuse a USD cap on a model the price table does not know (it would count as $0, so the cap
+    would never stop it): a WorkspaceError saying how to give the price."""
+    capped = [name for name, value in (("--max-usd", max_usd), ("workspace_max_usd", settings.workspace_max_usd))
+              if value is not None]  # fmt: skip
+    if not synth.is_model or not capped:
+        return
+    from kernelevolve.synth.providers.pricing import PRICES_ENV, load_prices, lookup, prices_path
+
+    if lookup(load_prices(settings.workspace), synth.name) is not None:
+        return
+    path = prices_path(settings.workspace)
+    raise WorkspaceError(
+        f"{' and '.join(capped)} cannot limit {synth.name}: the price table has no price for it, so "
+        "its calls would count as $0",
+        hint=f"give its price in USD per million tokens in {path} (or in the file {PRICES_ENV} names), "
+        f'e.g. ["{synth.name}"] input = 1.25, output = 10.0 (one key per line; docs/providers.md); '
+        "or cap tokens instead with --max-tokens",
+    )
+
+
+__all__ = ["DEFAULT_TOKENS_PER_CANDIDATE", "Estimate", "estimate", "require_price"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.config import Settings
-from kernelevolve.errors import SpecError
+from kernelevolve.errors import KernelevolveError
 from kernelevolve.evaluate import memory
 from kernelevolve.evaluate.guards import check_source
 from kernelevolve.evaluate.pool import EvaluatorPool, measure_profile
@@ -127,9 +127,9 @@ def expand_candidates(
         elif p.is_file():
             out.append(p)
         else:
-            raise SpecError(f"{p}: no such candidate file or directory")
+            raise KernelevolveError(f"{p}: no such candidate file or directory")  # bad input, not the spec
     if not out:
-        raise SpecError(
+        raise KernelevolveError(
             "no candidate files found", hint="pass .py files defining ModelNew, or a folder of them"
         )
     return out
@@ -208,7 +208,6 @@ def profile_file(
 ) -> dict[str, Any]:  # fmt: skip
     """`kernelevolve profile`: evaluate the candidate (the verdict's roofline), profile it where it is
     correct, and diagnose. On the CPU, `auto` means torch.profiler (ncu is for NVIDIA GPUs)."""
-    from kernelevolve.errors import KernelevolveError
     from kernelevolve.profile.diagnosis import diagnose
     from kernelevolve.profile.run import profile_candidate
 

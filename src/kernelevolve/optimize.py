@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.config import Settings
+from kernelevolve.cost import require_price
 from kernelevolve.errors import SpecError, WorkspaceError
 from kernelevolve.evaluate import memory
 from kernelevolve.evaluate.executors import executor_slots
@@ -97,6 +98,7 @@ def start(
         from kernelevolve.synth.providers import check_model
 
         check_model(synth.name, base_url=synth.base_url)
+        require_price(synth, limits.max_usd, settings)  # a USD cap must be able to count this model
     with Workspace.open(settings.workspace) as ws:
         _record_spec(ws, spec)
         config = {

@@ -33,6 +33,10 @@ the reference too where the meta device cannot run it and the inputs are not lar
 `.item()`) is built on the CPU and then moved to meta. `probe_notes` says so per shape (`kernelevolve
 spec` shows it).
 
+Every failure is a `SpecError` naming the file; where the spec's own code raised (get_inputs, the
+constructor, the reference in a worker: `raised_by_spec`), it names the spec's line, not the torch
+frame below it where the error was noticed.
+
 Why one module (over 450 lines): the format, its validation, the meta-device probe and the
 fingerprint all read the same `KERNELEVOLVE` dict and the same `Spec` value; a reader checks what a
 spec may say in one place.
@@ -172,6 +176,13 @@ def _nbytes(t: TensorInfo) -> int:
 
 def import_spec_module(path: Path) -> ModuleType:
     """Execute a spec file as a fresh module. Every failure is a `SpecError` naming the file."""
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.py"))
+        named = f" (here: {', '.join(found[:5])}{', ...' if len(found) > 5 else ''})" if found else ""
+        raise SpecError(
+            f"{path} is a directory, not a spec file",
+            hint=f"pass one spec .py file in it{named}; `kernelevolve bench {path}` runs every spec of a folder",
+        )
     if not path.is_file():
         raise SpecError(f"{path}: no such file", hint="pass the path of a KernelBench-format .py file")
     source = path.read_text()
@@ -191,7 +202,7 @@ def import_spec_module(path: Path) -> ModuleType:
         del sys.modules[mod_name]
         missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
         raise SpecError(
-            f"{path}: importing the spec raised {_describe(exc)}",
+            f"{path}: importing the spec raised {_describe(exc, path)}",
             hint=f"the spec needs the package {missing!r}: install it where kernelevolve runs "
             f"(pip install {missing.split('.')[0]}); its workers import the spec there too"
             if missing
@@ -200,11 +211,51 @@ def import_spec_module(path: Path) -> ModuleType:
     return module
 
 
-def _describe(exc: BaseException) -> str:
-    """`TypeError: ...` plus the innermost frame inside the spec file, if any."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "kernelevolve" not in f.filename]
-    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+def _describe(exc: BaseException, spec_path: Path) -> str:
+    """`TypeError: ...` and where the spec raised it: the innermost frame in the spec file itself,
+    path:line and its code. The frames below it (torch's, where the error was noticed) say less to
+    the spec's author than the line that called them; the innermost of those is named too."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [i for i, f in enumerate(frames) if _same_file(f.filename, spec_path)]
+    if not mine:
+        outside = [f for f in frames if not _same_file(f.filename, _PACKAGE, inside=True)]
+        where = f" (at {outside[-1].filename}:{outside[-1].lineno})" if outside else ""
+        return f"{type(exc).__name__}: {exc}{where}"
+    frame = frames[mine[-1]]
+    code = f": {frame.line.strip()}" if frame.line else ""
+    where = f" (at {spec_path}:{frame.lineno}{code}"
+    if mine[-1] < len(frames) - 1:
+        inner = frames[-1]
+        where += f"; raised inside {Path(inner.filename).name}:{inner.lineno}"
+    return f"{type(exc).__name__}: {exc}{where})"
+
+
+_PACKAGE = Path(__file__).resolve().parent
+_NOT_THE_SPEC = ("out of memory", "cannot allocate memory", "cuda error", "illegal memory access",
+                 "cublas_status", "cudnn_status", "hip error", "ecc error")  # fmt: skip
+
+
+def raised_by_spec(exc: BaseException, spec_path: Path) -> SpecError | None:
+    """The SpecError to report for `exc` when the spec's own code raised it (a frame of the spec file
+    in its traceback: the reference's forward at a shape, its constructor, get_inputs), naming the
+    spec's line; None for anything else (the harness's own failure), for running out of memory,
+    which the harness plans around rather than blames on the spec, and for a device's own errors
+    (a lost CUDA context, a library's internal failure), which a fresh worker may not meet."""
+    text = str(exc).lower()
+    if isinstance(exc, MemoryError) or any(sign in text for sign in _NOT_THE_SPEC):
+        return None
+    if not any(_same_file(f.filename, spec_path) for f in traceback.extract_tb(exc.__traceback__)):
+        return None
+    return SpecError(f"{spec_path}: the reference raised {_describe(exc, spec_path)}")
+
+
+def _same_file(filename: str, path: Path, inside: bool = False) -> bool:
+    """Whether a traceback's filename is `path` (or, `inside`, a file under the folder `path`)."""
+    try:
+        resolved = Path(filename).resolve()
+        return resolved.is_relative_to(path) if inside else resolved == path.resolve()
+    except (OSError, ValueError):
+        return False
 
 
 def load_spec(path: str | Path, probe: bool = True) -> Spec:
@@ -310,7 +361,9 @@ def call_get_inputs(spec: Spec, module: ModuleType, shape: ShapeSpec) -> list[An
     try:
         inputs = module.get_inputs(**shape.params)
     except Exception as exc:
-        raise SpecError(f"{spec.path}: get_inputs({_kw(shape.params)}) raised {_describe(exc)}") from exc
+        raise SpecError(
+            f"{spec.path}: get_inputs({_kw(shape.params)}) raised {_describe(exc, spec.path)}"
+        ) from exc
     import torch
 
     if not isinstance(inputs, list | tuple):
@@ -336,7 +389,7 @@ def call_get_init_inputs(spec: Spec, module: ModuleType, shape: ShapeSpec) -> li
     try:
         init = fn(**kw)
     except Exception as exc:
-        raise SpecError(f"{spec.path}: get_init_inputs() raised {_describe(exc)}") from exc
+        raise SpecError(f"{spec.path}: get_init_inputs() raised {_describe(exc, spec.path)}") from exc
     if not isinstance(init, list | tuple):
         raise SpecError(
             f"{spec.path}: get_init_inputs() returned {type(init).__name__}; it must return a list"
@@ -500,8 +553,10 @@ def _probe_model(spec: Spec, module: ModuleType, shape: ShapeSpec, init: list[An
                 torch.manual_seed(0)
                 model = module.Model(*init).to("meta")
         except Exception as exc:
-            raise SpecError(f"{spec.path}: Model(*get_init_inputs()) raised {_describe(exc)}") from exc
-        reason = _describe(meta_exc).splitlines()[0][:160]
+            raise SpecError(
+                f"{spec.path}: Model(*get_init_inputs()) raised {_describe(exc, spec.path)}"
+            ) from exc
+        reason = _describe(meta_exc, spec.path).splitlines()[0][:160]
         note = f"Model(*get_init_inputs()) cannot run on the meta device ({reason}); it was built on the CPU"
         earlier = spec.probe_notes.get(shape.name)
         spec.probe_notes[shape.name] = f"{earlier}; {note}" if earlier else note

@@ -110,6 +110,21 @@ def prepare(msg: PrepareMsg, notes: list[str]) -> Prepared:
 
 
 def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
+    from kernelevolve.spec import load_spec, raised_by_spec
+
+    spec = load_spec(path, probe=True)
+    try:
+        _prepare_shapes(state, spec, path, torch)
+    except SpecError:
+        raise
+    except Exception as exc:  # the spec's own code raised it (its reference at a real shape): say where
+        said = raised_by_spec(exc, path)
+        if said is None:
+            raise
+        raise said from exc
+
+
+def _prepare_shapes(state: Prepared, spec: Any, path: Path, torch: Any) -> None:
     from kernelevolve.evaluate.inputs import (
         PROBE_SEED,
         check_footprint,
@@ -117,9 +132,8 @@ def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
         make_inputs,
         make_model,
     )
-    from kernelevolve.spec import flatten_outputs, import_spec_module, load_spec
+    from kernelevolve.spec import flatten_outputs, import_spec_module
 
-    spec = load_spec(path, probe=True)
     module = import_spec_module(path)
     state.spec, state.module = spec, module
     check_footprint(spec, _available(state, torch), str(state.device))
