@@ -47,7 +47,7 @@ import spec, kernelevolve_winner as w
 torch.manual_seed(0)
 ref = spec.Model(2048).cuda()
 new = w.ModelNew(2048).cuda()
-new.reference.load_state_dict(ref.state_dict())
+new.load_state_dict(ref.state_dict())
 x, r = torch.randn(4096, 2048, device="cuda"), torch.randn(4096, 2048, device="cuda")
 torch.testing.assert_close(new(x, r), ref(x, r), rtol=1e-5, atol=1e-5)
 print(w.choose(x, r))

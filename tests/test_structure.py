@@ -88,7 +88,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 LAYERS = [
     ["errors", "pyast", "config"],  # leaves
     ["spec", "roofline", "tunables", "native", "integrity"],  # values; the harness's self-check
-    ["store", "report", "export"],  # the workspace; what renders or exports its records
+    ["store", "report", "export", "export_native", "export_runtime"],  # the workspace; exports of it
     ["platforms"],  # devices, their profiles and timers
     ["evaluate"],  # the harness
     ["profile"],  # profilers and diagnosis (in sandboxed processes of the harness's)

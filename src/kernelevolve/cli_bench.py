@@ -277,23 +277,49 @@ def benches_show(
 @app.command()
 def export(
     runs: Annotated[list[str] | None, typer.Argument(help="Run ids (or unique prefixes).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="trajectories | winners")] = "trajectories",
+    fmt: Annotated[str, typer.Option("--format", help="trajectories | winners | package")] = "trajectories",
     bench_id: Annotated[str | None, typer.Option("--bench", help="Every run of this bench.")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="A file instead of stdout.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="A file instead of stdout (package: the folder).")
+    ] = None,
+    name: Annotated[
+        str, typer.Option("--name", help="package: its name, a Python identifier.")
+    ] = "kernelevolve_winner",
+    build: Annotated[
+        bool,
+        typer.Option("--build", help="package: prebuild native kernels for this host (no compiler there)."),
+    ] = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Training data as JSONL: every step of the runs (prompt, response, verdict, reward), or the winners.
+    """Training data as JSONL: every step of the runs (prompt, response, verdict, reward), or the winners;
+    or one run's winning kernels as an importable package (`--format package`).
 
     \b
     Examples:
       kernelevolve export 3f2a9c1e --format trajectories > data.jsonl
       kernelevolve export --bench b41c2d7e --format winners -o winners.jsonl
+      kernelevolve export 3f2a9c1e --format package --name softmax_winner --build -o deploy/
     The reward is 0 for a failed step, else clamp(1 + log2(fitness), 0.1, 4.32) (see docs/bench.md).
     """
     from kernelevolve.data import FORMATS
     from kernelevolve.errors import WorkspaceError
     from kernelevolve.store import Workspace
 
+    if fmt == "package":  # one run's dispatch as the package `name` under `output` (default .)
+        from kernelevolve.export import export_run
+
+        try:
+            if len(runs or []) != 1 or bench_id is not None:
+                raise WorkspaceError(
+                    "--format package exports one run", hint="give one run id, without --bench"
+                )
+            with Workspace.open(settings_for(workspace).workspace) as ws:
+                path = export_run(ws, ws.resolve_run((runs or [""])[0]), output or Path("."), name, build)
+        except KernelevolveError as exc:
+            fail(exc)
+            return
+        out.print(escape(str(path)))
+        return
     try:
         if fmt not in FORMATS:
             raise WorkspaceError(f"unknown format {fmt!r}", hint="formats: " + ", ".join(FORMATS))

@@ -1,111 +1,121 @@
-"""Export a run's winners as one importable package that dispatches by input shape.
+"""Export a run's winners as one importable package: a drop-in for the reference `Model`.
 
 A search often finds a kernel that wins at some of a spec's shapes and not at others. `export_dispatch`
-writes a package whose `ModelNew` is a drop-in for the reference `Model`: same constructor arguments,
-and at each call it runs the variant that won the inputs' exact shape, else the reference.
+writes a package whose `ModelNew` is the reference `Model` (a subclass: same constructor, same
+parameters under the same names, so checkpoints load both ways) that runs a variant where one won and
+its guards accept the call, and the reference everywhere else.
 
     out_dir/<package>/
-        __init__.py            ModelNew, DISPATCH, SHAPES, VARIANTS, choose(); a docstring with the table
-        reference.py           the spec file, verbatim
-        variant_<hash12>.py    one per distinct winning source (sha256 of the source, 12 hex digits)
+        __init__.py              ModelNew, SHAPES, DISPATCH, VARIANTS, choose(); a docstring with the table
+        _runtime.py              the dispatch rule and ModelNew's class (`kernelevolve.export_runtime`)
+        reference.py             the spec file, verbatim
+        variant_<hash12>.py      one per distinct winning source (sha256 of the source, 12 hex digits)
+        _kernelevolve_native.py  where a variant is native C/C++/CUDA: `kernelevolve.native`, vendored
+        _native/<key>.so         with `build=True`: those variants' libraries, built for this host
 
-The dispatch key is the inputs' signature: for each argument, a tensor's (shape, dtype) or a scalar's
-(type, repr). The keys are computed here from the spec's shapes by running `get_inputs(**params)` on
-the meta device (no memory, no compute) with the spec's dtype applied to floating tensors, so they are
-the inputs the harness measured, exactly. Any other signature (an unseen shape, another dtype, another
-scalar value) goes to the reference, which is correct everywhere. The generated module computes keys
-with the same function as this one (its source is copied), so both sides agree by construction.
+The dispatch rule (exact shape, else the nearest measured shape, then the variant's guards; the guards
+derived from the shapes each variant was verified correct on) is `kernelevolve.export_runtime`'s
+docstring; the keys and guards are computed here with the functions the package runs, so both agree
+by construction. The measured inputs are those the harness built: `get_inputs(**params)` on the meta
+device (no memory, no compute) with the spec's dtype applied to floating tensors, bound by the
+reference forward's signature.
 
-Constructor arguments are part of what a variant was measured with. Each shape's `get_init_inputs()`
-is recorded (where it is a plain literal); a `ModelNew` built with other arguments drops that shape's
-entry and uses the reference there. Two shapes with the same input signature but different winners
-cannot be told apart by the inputs: exporting them is refused.
+The package needs torch and nothing of kernelevolve: a variant's `from kernelevolve.native import
+compile_c` becomes an import of a vendored copy, and `build=True` (`export --build`) prebuilds native
+variants for this host so that a deploy host like it needs no compiler (`kernelevolve.export_native`).
+Triton variants stay source: Triton compiles them at their first call.
 
-Weights: `ModelNew(*args, **kwargs)` builds the reference as `Model(*args, **kwargs)` first (so under a
-given seed it has the weights `Model` would have), then each variant, loads the reference's
-`state_dict` into it (strict: a variant must have the reference's parameter names and shapes) and
-then ties each variant parameter and buffer to the reference's tensor, so there is one copy: training,
-`.to()` and `model.reference.load_state_dict(checkpoint)` move every variant along.
+Constructor arguments are part of what a variant was measured with: each shape's `get_init_inputs()`
+is recorded (where it is a plain literal), and a `ModelNew` built with other arguments does not use
+that shape's row. Two shapes with the same inputs but different winners cannot be told apart: exporting
+them is refused.
 
 What it deliberately does not do: it does not verify or time anything (the harness did; the speedups
-in the docstring are the caller's numbers), it does not import or build the variants here (a native
-or Triton variant builds when `ModelNew` is constructed), and it does not cast to the spec's dtype or
-set its precision flags (the caller's model and inputs carry those, as they would for `Model`). Only
-the device type can be pinned (`device_type`): a CPU kernel never sees CUDA tensors.
+in the docstring are the caller's numbers), and it does not cast to the spec's dtype or set its
+precision flags (the caller's model and inputs carry those, as they would for `Model`).
 
 Threat model: the variant sources are generated code that the harness accepted; they are written as
-files and imported by whoever imports the package, with that process's rights. Exporting does not
-make them any safer than evaluating them; review them before shipping.
+files and imported by whoever imports the package, with that process's rights (`build=True` imports
+them here, in a subprocess). Exporting does not make them any safer than evaluating them; review them
+before shipping.
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import keyword
 import shutil
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelevolve import pyast
-from kernelevolve.errors import KernelevolveError, SpecError
-from kernelevolve.spec import Spec, call_get_init_inputs, call_get_inputs, import_spec_module
+from kernelevolve import export_runtime, pyast
+from kernelevolve.errors import KernelevolveError, SpecError, WorkspaceError
+from kernelevolve.export_native import NATIVE_MODULE, build_native, rewrite_imports, vendored_native
+from kernelevolve.export_runtime import REFERENCE, bind_inputs, derive_guards, forward_signature, input_key
+from kernelevolve.spec import Spec, call_get_init_inputs, call_get_inputs, import_spec_module, load_spec
 
 _MARKER = "Generated by kernelevolve.export"
-REFERENCE = "reference"
+DEFAULT_PACKAGE = "kernelevolve_winner"
+# Names a package must not take: it would shadow (or be shadowed by) what it imports.
+_TAKEN = {"torch", "triton", "numpy", "kernelevolve", "reference"}
+# Attributes ModelNew adds to the reference class: a reference that defines one cannot be exported.
+_ADDED = ("choose", "kernelevolve_variants", "_kernelevolve_route", "_kernelevolve_retie")
 
-
-def input_key(inputs: Sequence[Any], device_type: str | None = None) -> tuple[Any, ...] | None:
-    """The dispatch key of one call's inputs: per argument, (shape, dtype) or (type, repr).
-
-    None where a tensor is not on `device_type` (when one is given): such a call uses the reference.
-    This function's source is copied into every exported package.
-    """
-    import torch
-
-    key: list[tuple[Any, ...]] = []
-    for x in inputs:
-        if isinstance(x, torch.Tensor):
-            if device_type is not None and x.device.type != device_type:
-                return None
-            key.append((tuple(int(d) for d in x.shape), str(x.dtype).removeprefix("torch.")))
-        else:
-            key.append((type(x).__name__, repr(x)))
-    return tuple(key)
+__all__ = ["export_dispatch", "export_run", "input_key", "variants_from_dispatch"]
 
 
 @dataclass
 class _Row:
     shape: str
     key: tuple[Any, ...]
+    contiguous: list[bool]
+    n_args: int  # get_inputs()'s length: the variant is called with that many positional arguments
     init: list[Any] | None  # None: not a plain literal, so not checked at construction
     target: str  # REFERENCE or a variant module's name
     label: str | None  # None for the reference
     speedup: float | None
 
 
-def export_dispatch(
-    spec: Spec,
-    variants: dict[str, tuple[str, str]],
-    out_dir: Path,
-    package: str = "kernelevolve_winner",
-    speedups: dict[str, float] | None = None,
-    device_type: str | None = None,
-) -> Path:
-    """Write `out_dir/<package>/` and return its path.
-
-    `variants` maps a shape name to (candidate source, label) where a generated kernel beat the
-    reference beyond noise; the other shapes use the reference. `speedups` (shape -> speedup) only
-    feeds the docstring's table. `device_type` ("cpu", "cuda") sends inputs on other devices to the
-    reference. An existing package directory is replaced only if this function wrote it.
-    """
+def check_package_name(package: str) -> None:
+    """A package name is a Python identifier that shadows nothing the package imports."""
     if not package.isidentifier() or keyword.iskeyword(package):
         raise KernelevolveError(
             f"package name {package!r} is not a Python identifier", hint="use e.g. softmax_winner"
         )
-    unknown = sorted(set(variants) - set(spec.names))
+    if package in _TAKEN or package in sys.stdlib_module_names:
+        raise KernelevolveError(
+            f"package name {package!r} would shadow a module of that name", hint="use e.g. softmax_winner"
+        )
+
+
+def export_dispatch(
+    spec: Spec,
+    variants: dict[str, tuple[str, str]],
+    out_dir: Path,
+    package: str = DEFAULT_PACKAGE,
+    speedups: dict[str, float] | None = None,
+    device_type: str | None = None,
+    verified: Mapping[str, list[str]] | None = None,
+    build: bool = False,
+) -> Path:
+    """Write `out_dir/<package>/` and return its path.
+
+    `variants` maps a shape name to (candidate source, label) where a generated kernel beat the
+    reference beyond noise; the other shapes use the reference. `verified` maps such a shape to the
+    shapes its variant was verified correct on (default: that shape alone, so the variant runs at that
+    exact shape only); they bound the shapes it may run on. `speedups` (shape -> speedup) only feeds
+    the docstring's table. `device_type` ("cpu", "cuda") sends inputs on other devices to the
+    reference. `build` prebuilds native variants into the package (see the module docstring). An
+    existing package directory is replaced only if this function wrote it.
+    """
+    check_package_name(package)
+    verified = verified or {}
+    unknown = sorted(
+        (set(variants) | set(verified) | {s for v in verified.values() for s in v}) - set(spec.names)
+    )
     if unknown:
         raise SpecError(
             f"{spec.path}: no shape named {', '.join(map(repr, unknown))}",
@@ -113,6 +123,13 @@ def export_dispatch(
         )
     speedups = speedups or {}
     module = import_spec_module(spec.path)
+    clash = [name for name in _ADDED if hasattr(module.Model, name)]
+    if clash:
+        raise SpecError(
+            f"{spec.path}: Model defines {', '.join(clash)}, which the exported ModelNew adds",
+            hint="rename it in the spec",
+        )
+    sig = forward_signature(module.Model)
     files: dict[str, str] = {}  # variant module name -> source
     rows: list[_Row] = []
     for shape in spec.shapes:
@@ -122,30 +139,105 @@ def export_dispatch(
             target = "variant_" + hashlib.sha256(source.encode()).hexdigest()[:12]
             files[target] = source
         init = call_get_init_inputs(spec, module, shape)
-        rows.append(
-            _Row(
-                shape.name,
-                _meta_key(spec, module, shape),
-                init if _is_literal(init) else None,
-                target,
-                None if label is None else str(label),
-                speedups.get(shape.name),
-            )
-        )
+        key, contiguous, n_args = _measured(spec, module, shape, sig)
+        rows.append(_Row(shape.name, key, contiguous, n_args, init if _is_literal(init) else None, target,
+                         None if label is None else str(label), speedups.get(shape.name)))  # fmt: skip
     _check_collisions(spec, rows)
+    by_shape = {r.shape: r for r in rows}
+    meta: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r.target == REFERENCE:
+            continue
+        entry = meta.setdefault(r.target, {"label": r.label or "", "verified": []})
+        for name in [r.shape, *verified.get(r.shape, [])]:
+            if name not in entry["verified"]:
+                entry["verified"].append(name)
+    for entry in meta.values():
+        # Guards per constructor arguments: inputs verified with other weights say nothing about these.
+        by_init: dict[str, list[_Row]] = {}
+        for name in entry["verified"]:
+            by_init.setdefault(repr(by_shape[name].init), []).append(by_shape[name])
+        entry["guards"] = [
+            {**guard, "init": checked[0].init}
+            for checked in by_init.values()
+            for guard in derive_guards([(r.key, r.contiguous) for r in checked])
+        ]
 
+    rewritten = {name: rewrite_imports(name, source) for name, source in files.items()}
     pkg = out_dir / package
     _clear(pkg)
     pkg.mkdir(parents=True)
     (pkg / "reference.py").write_text(spec.source)
-    for name, source in files.items():
+    (pkg / "_runtime.py").write_text(Path(export_runtime.__file__).read_text())
+    for name, (source, _) in rewritten.items():
         (pkg / f"{name}.py").write_text(source)
-    (pkg / "__init__.py").write_text(_render_init(spec, rows, device_type))
+    native = sorted(name for name, (_, uses_native) in rewritten.items() if uses_native)
+    if native:
+        (pkg / f"{NATIVE_MODULE}.py").write_text(vendored_native())
+    (pkg / "__init__.py").write_text(
+        _render_init(spec, rows, meta, device_type, package, build and bool(native))
+    )
+    if build and native:
+        build_native(
+            pkg, {n: [r.init for r in rows if r.target == n and r.init is not None] or [[]] for n in native}
+        )
     return pkg
 
 
-def _meta_key(spec: Spec, module: Any, shape: Any) -> tuple[Any, ...]:
-    """The key of a shape's inputs as the harness builds them, computed on the meta device."""
+def variants_from_dispatch(
+    dispatch: Mapping[str, Mapping[str, Any]],
+    source_of: Callable[[int], str | None],
+    verdict_of: Callable[[int], Mapping[str, Any] | None],
+) -> tuple[dict[str, tuple[str, str]], dict[str, float], dict[str, list[str]]]:
+    """From a run's dispatch table: `export_dispatch`'s variants, speedups and verified shapes (the
+    shapes of each winner's verdict that were checked correct)."""
+    variants: dict[str, tuple[str, str]] = {}
+    speedups: dict[str, float] = {}
+    verified: dict[str, list[str]] = {}
+    for shape, entry in dispatch.items():
+        node_id = entry.get("node")
+        source = source_of(node_id) if node_id is not None else None
+        if node_id is None or not source:
+            continue
+        variants[shape] = (source, f"node-{node_id}")
+        speedups[shape] = entry.get("speedup_vs_eager") or 0.0
+        verdict = verdict_of(node_id) or {}
+        verified[shape] = [s["name"] for s in verdict.get("shapes", []) if s.get("correct") is True]
+    return variants, speedups, verified
+
+
+def export_run(
+    ws: Any, run_id: str, out_dir: Path, package: str = DEFAULT_PACKAGE, build: bool = False
+) -> Path:
+    """Export a finished run of workspace `ws` again, as `package` under `out_dir` (the CLI's
+    `kernelevolve export RUN --format package`). The spec must be the one the run searched."""
+    check_package_name(package)
+    run = ws.run(run_id)
+    summary = run.get("summary") or {}
+    if run.get("status") != "done" or "dispatch" not in summary:
+        raise WorkspaceError(
+            f"run {run['run_id']} has not finished: it has no dispatch to export",
+            hint="finish it first: `kernelevolve resume RUN` (or `kernelevolve agent finish`)",
+        )
+    spec = load_spec(summary["spec_path"])
+    if run.get("spec_fingerprint") and spec.fingerprint != run["spec_fingerprint"]:
+        raise SpecError(
+            f"{spec.path} changed since run {run['run_id']} searched it (fingerprint {spec.fingerprint}, "
+            f"the run's {run['spec_fingerprint']})",
+            hint="restore the spec the run searched, or search the new one",
+        )
+    nodes = {n["id"]: n for n in ws.nodes(run["run_id"])}
+    variants, speedups, verified = variants_from_dispatch(
+        summary["dispatch"],
+        lambda i: (nodes.get(i) or {}).get("source"),
+        lambda i: (nodes.get(i) or {}).get("verdict"),
+    )
+    device_type = "cuda" if summary.get("platform") in ("cuda", "rocm") else "cpu"
+    return export_dispatch(spec, variants, out_dir, package, speedups, device_type, verified, build)
+
+
+def _measured(spec: Spec, module: Any, shape: Any, sig: Any) -> tuple[tuple[Any, ...], list[bool], int]:
+    """A shape's inputs as the harness builds them, on the meta device: (key, contiguity, count)."""
     import torch
 
     with torch.random.fork_rng(devices=[]), torch.device("meta"):
@@ -156,9 +248,16 @@ def _meta_key(spec: Spec, module: Any, shape: Any) -> tuple[Any, ...]:
             inputs = [
                 x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs
             ]
-    key = input_key(inputs)
+    flat = bind_inputs(sig, inputs, {})
+    if flat is None:
+        raise SpecError(
+            f"{spec.path}: Model.forward does not accept get_inputs({shape.name!r})'s {len(inputs)} arguments",
+            hint="make get_inputs() return forward's positional arguments",
+        )
+    key = input_key(flat)
     assert key is not None
-    return key
+    contiguous = [bool(x.is_contiguous()) if isinstance(x, torch.Tensor) else True for x in flat]
+    return key, contiguous, len(inputs)
 
 
 def _is_literal(value: Any) -> bool:
@@ -193,6 +292,9 @@ def _clear(pkg: Path) -> None:
     shutil.rmtree(pkg)
 
 
+# --- the package's __init__.py -----------------------------------------------------------------------
+
+
 def _fmt_key(key: tuple[Any, ...]) -> str:
     parts = []
     for a, b in key:
@@ -205,7 +307,10 @@ def _doc_text(text: str) -> str:
     return " ".join(text.split()).replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _render_init(spec: Spec, rows: list[_Row], device_type: str | None) -> str:
+def _render_init(
+    spec: Spec, rows: list[_Row], meta: dict[str, dict[str, Any]], device_type: str | None, package: str,
+    built: bool,
+) -> str:  # fmt: skip
     table = [
         "| shape | inputs | runs | label | speedup |",
         "| --- | --- | --- | --- | --- |",
@@ -214,55 +319,46 @@ def _render_init(spec: Spec, rows: list[_Row], device_type: str | None) -> str:
         speed = "-" if r.speedup is None else f"{r.speedup:.2f}x"
         cells = (r.shape, _fmt_key(r.key), r.target, r.label or "-", speed)
         table.append("| " + " | ".join(_doc_text(c).replace("|", "/") for c in cells) + " |")
-    variants: dict[str, str] = {}
-    for r in rows:
-        if r.target != REFERENCE:
-            variants.setdefault(r.target, r.label or "")
+    verified = [f"- {name}: verified on {', '.join(m['verified'])}" for name, m in meta.items()]
     shapes = [
-        {
-            "shape": r.shape,
-            "key": r.key,
-            "init": r.init,
-            "target": r.target,
-            "label": r.label,
-            "speedup": r.speedup,
-        }
+        {"shape": r.shape, "key": r.key, "contiguous": r.contiguous, "n_args": r.n_args, "init": r.init,
+         "target": r.target, "label": r.label, "speedup": r.speedup}
         for r in rows
-    ]
-    dispatch = {r.key: r.target for r in rows}
-    device = (
-        [f"Variants run on {device_type!r} tensors only; inputs on other devices use the reference.", ""]
-        if device_type
-        else []
-    )
+    ]  # fmt: skip
+    device = [f"Variants run on {device_type!r} tensors only.", ""] if device_type else []
     doc = "\n".join(
         [
             f"{_MARKER} for spec {_doc_text(spec.name)} ({_doc_text(spec.path.name)}, fingerprint "
             f"{spec.fingerprint or '-'}).",
             "",
-            "`ModelNew(*args, **kwargs)` replaces the reference `Model(*args, **kwargs)`. Each call runs the",
-            "variant that won its exact input signature (tensor shapes and dtypes, scalar values), and the",
-            "reference for any other input.",
+            "`ModelNew(*args, **kwargs)` is the reference `Model(*args, **kwargs)` (a subclass: the same",
+            "parameters under the same names) that runs a variant where one won. A call runs the row of its",
+            "exact input shapes, else of the nearest measured shape; a variant's row runs the variant only if",
+            "its guards accept the call (shape range and divisibility, dtype, contiguity, device, no",
+            "autograd), the reference otherwise. The rule is `_runtime.py`'s docstring.",
             "",
             *device,
             *table,
             "",
-            "A model built with constructor arguments other than a shape's `get_init_inputs()` uses the",
-            "reference at that shape. Variants share the reference's parameters and buffers (tied tensors):",
-            "load a checkpoint of `Model` with `model.reference.load_state_dict(state)`.",
+            *[_doc_text(v) for v in verified],
             "",
-            "`choose(*inputs)` names the module that would run; `ModelNew.choose` also applies the",
-            "constructor check.",
+            "Swap it into a model and load a checkpoint of the reference as usual:",
+            "",
+            f"    model.layer = {package}.ModelNew(*init_args)",
+            "    model.load_state_dict(torch.load('checkpoint.pt'))",
+            "",
+            "A model built with constructor arguments other than a shape's `get_init_inputs()` uses the",
+            "reference at that shape. `choose(*inputs)` names the module that would run (every row; no",
+            "autograd check); `ModelNew.choose` applies this model's rows and the autograd check.",
+            *(["", "Native variants were prebuilt for the exporting host (`_native/`)."] if built else []),
         ]
     )
-    key_fn = inspect.getsource(input_key)
     return _TEMPLATE.format(
         doc=doc,
-        key_fn=key_fn,
         device_type=repr(device_type),
         shapes=_literal(shapes),
-        dispatch=_literal(dispatch),
-        variants=_literal(variants),
+        dispatch=_literal({r.key: r.target for r in rows}),
+        variants=_literal(meta),
     )
 
 
@@ -281,92 +377,29 @@ _TEMPLATE = '''"""{doc}
 
 from __future__ import annotations
 
-import importlib
-import inspect
-from collections.abc import Sequence
 from typing import Any
 
-import torch
-import torch.nn as nn
-
 from . import reference
+from ._runtime import REFERENCE, bind_inputs, forward_signature, make_model_class, route
 
 DEVICE_TYPE: str | None = {device_type}
 
-# One row per spec shape: its input key, constructor arguments (None: not checked), what runs there.
+# One row per spec shape: its input key, contiguity, argument count, constructor arguments (None: not
+# checked), what runs there.
 SHAPES: list[dict[str, Any]] = {shapes}
 
-# Input key -> "reference" or a variant module's name. Unlisted keys use the reference.
+# Input key -> "reference" or a variant module's name, at the measured shapes.
 DISPATCH: dict[tuple[Any, ...], str] = {dispatch}
 
-# Variant module -> the label it was exported with.
-VARIANTS: dict[str, str] = {variants}
+# Variant module -> its label, the shapes it was verified correct on and the guards derived from them.
+VARIANTS: dict[str, dict[str, Any]] = {variants}
+
+ModelNew = make_model_class(reference.Model, __name__, SHAPES, VARIANTS, DEVICE_TYPE)
 
 
-{key_fn}
-
-def choose(*inputs: Any) -> str:
-    """The module that runs these inputs: "reference" or a variant's name (constructor not checked)."""
-    return DISPATCH.get(input_key(inputs, DEVICE_TYPE), "reference")
-
-
-def _bound(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    try:
-        bound = inspect.signature(reference.Model).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return None
-    bound.apply_defaults()
-    return dict(bound.arguments)
-
-
-def _tie(ref: nn.Module, variant: nn.Module, name: str) -> None:
-    """Load the reference's state into the variant (strict), then share its tensors."""
-    try:
-        variant.load_state_dict(ref.state_dict(), strict=True)
-    except RuntimeError as exc:
-        raise RuntimeError(
-            f"{{name}} does not have the reference's parameters and buffers: {{exc}}"
-        ) from exc
-    ref_params = dict(ref.named_parameters(remove_duplicate=False))
-    ref_buffers = dict(ref.named_buffers(remove_duplicate=False))
-    for pname, p in list(variant.named_parameters(remove_duplicate=False)):
-        src = ref_params.get(pname)
-        if src is not None and (src.shape, src.dtype, src.device) == (p.shape, p.dtype, p.device):
-            owner, _, leaf = pname.rpartition(".")
-            setattr(variant.get_submodule(owner), leaf, src)
-    for bname, b in list(variant.named_buffers(remove_duplicate=False)):
-        bsrc = ref_buffers.get(bname)
-        if bsrc is not None and (bsrc.shape, bsrc.dtype, bsrc.device) == (b.shape, b.dtype, b.device):
-            owner, _, leaf = bname.rpartition(".")
-            variant.get_submodule(owner)._buffers[leaf] = bsrc
-
-
-class ModelNew(nn.Module):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__()
-        self.reference = reference.Model(*args, **kwargs)
-        mine = _bound(args, kwargs)
-        self._dispatch: dict[tuple[Any, ...], str] = {{}}
-        for row in SHAPES:
-            if row["init"] is None or _bound(row["init"], {{}}) == mine:
-                self._dispatch[row["key"]] = row["target"]
-        needed = sorted({{t for t in self._dispatch.values() if t != "reference"}})
-        self.variants = nn.ModuleDict()
-        # The variants' own initialisation is overwritten; it must not move the caller's random state.
-        with torch.random.fork_rng(devices=[]):
-            for name in needed:
-                module = importlib.import_module(f"{{__name__}}.{{name}}")
-                variant = module.ModelNew(*args, **kwargs)
-                _tie(self.reference, variant, name)
-                self.variants[name] = variant
-
-    def choose(self, *inputs: Any) -> str:
-        """The module that runs these inputs in this model: "reference" or a variant's name."""
-        return self._dispatch.get(input_key(inputs, DEVICE_TYPE), "reference")
-
-    def forward(self, *inputs: Any) -> Any:
-        name = self.choose(*inputs)
-        if name == "reference":
-            return self.reference(*inputs)
-        return self.variants[name](*inputs)
+def choose(*args: Any, **kwargs: Any) -> str:
+    """The module that runs this call: "reference" or a variant's name (every row; no autograd check)."""
+    flat = bind_inputs(forward_signature(reference.Model), args, kwargs)
+    row = route(SHAPES, VARIANTS, flat, DEVICE_TYPE)
+    return REFERENCE if row is None else str(row["target"])
 '''

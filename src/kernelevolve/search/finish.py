@@ -188,20 +188,16 @@ class FinishStep:
         }
 
     def _export(self, tree: Tree, dispatch: dict[str, dict[str, Any]]) -> str | None:
-        variants = {}
-        speedups = {}
-        for shape, entry in dispatch.items():
-            node_id = entry.get("node")
-            if node_id is not None and tree[node_id].source:
-                variants[shape] = (str(tree[node_id].source), f"node-{node_id}")
-                speedups[shape] = entry.get("speedup_vs_eager") or 0.0
-        from kernelevolve.export import export_dispatch
+        from kernelevolve.export import export_dispatch, variants_from_dispatch
 
+        # Each winner runs where its guards (derived from the shapes it was verified correct on) allow.
+        variants, speedups, verified = variants_from_dispatch(
+            dispatch, lambda i: tree[i].source, lambda i: tree[i].verdict
+        )
         device_type = "cuda" if self.ctx.platform.name in ("cuda", "rocm") else "cpu"
         try:
-            path = export_dispatch(
-                self.ctx.spec, variants, self.ctx.out_dir, speedups=speedups, device_type=device_type
-            )
+            path = export_dispatch(self.ctx.spec, variants, self.ctx.out_dir, speedups=speedups,
+                                   device_type=device_type, verified=verified)  # fmt: skip
         except KernelevolveError as exc:  # e.g. two shapes the inputs cannot tell apart
             self.emit("export_failed", {"error": exc.message})
             return None
