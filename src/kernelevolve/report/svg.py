@@ -394,7 +394,7 @@ def bars_svg(
     left, right, top = 60, 16, 44
     bottom = 20 + min(longest, 28) * 5.2
     group = max(22.0, 12.0 * max(len(series), 1) + 8)
-    width = width or int(max(360, left + right + group * max(len(labels), 1)))
+    width = width or int(max(360, left + right + group * max(len(labels), 1), left + 7.2 * len(title)))
     pw, ph = width - left - right, height - top - bottom
     out = [_svg_open(width, height, title), f'<rect width="{width}" height="{height}" fill="#fff"/>']
     out.append(f'<text x="{left}" y="16" font-size="13" font-weight="600" fill="#222">{esc(title)}</text>')
