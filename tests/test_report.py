@@ -302,3 +302,37 @@ def test_tiny_runs_render(tmp_path: Path, n: int) -> None:
     run, nodes = make_run(n)
     write_report(run, nodes, tmp_path)
     assert (tmp_path / "report.html").stat().st_size > 0
+
+
+def test_curve_over_time_follows_the_clock_not_creation_order() -> None:
+    from kernelevolve.report.svg import CurvePoint, curve_svg
+
+    # node 2 finished first (2 s) with 1.5x, node 1 later (30 s) with 1.2x: best so far over time
+    # is 1.5x from 2 s on, never 1.2x.
+    points = [CurvePoint(1, 1, 1.2, 1.2, "ok", at_s=30.0), CurvePoint(2, 2, 1.5, 1.5, "ok", at_s=2.0)]
+    svg = curve_svg(points, "eager", by_time=True)
+    ET.fromstring(svg)
+    assert "seconds since the run started" in svg and "best 1.50x" in svg
+    path = re.search(r'<path d="M([\d.]+),([\d.]+)H([\d.]+)V([\d.]+)"', svg)
+    assert path is not None
+    x0, y0, x1, y1 = map(float, path.groups())
+    assert x0 < x1 and y1 == y0  # starts at 1.5x (node 2, first in time) and stays there
+    assert "no node was evaluated" in curve_svg([CurvePoint(1, 1, 1.0, 1.0, "ok")], "eager", by_time=True)
+
+
+def test_bench_bars_grow_from_one_on_a_log_axis_and_escape_labels() -> None:
+    from kernelevolve.report.svg import Series, bars_svg, row_svg
+
+    svg = bars_svg(
+        "speedup", ["fast", "<b>slow</b>"], [Series("vs eager", [4.0, 0.5])], "speedup", log=True, unit="x"
+    )
+    root = ET.fromstring(svg)
+    assert "<b>" not in svg and "&lt;b&gt;slow&lt;/b&gt;" in svg
+    ns = "{http://www.w3.org/2000/svg}"
+    bars = [r for r in root.iter(f"{ns}rect") if r.find(f"{ns}title") is not None]
+    fast, slow = (float(b.get("y") or 0) + float(b.get("height") or 0) / 2 for b in bars)
+    one = float(next(ln.get("y1") or 0 for ln in root.iter(f"{ns}line") if ln.get("stroke") == "#333"))
+    assert fast < one < slow  # 4x above the 1x line, 0.5x below it
+    assert "nothing to plot yet" in bars_svg("empty", [], [], "y")
+    both = ET.fromstring(row_svg("two", [(svg, 400.0, 300.0), (svg, 400.0, 300.0)]))
+    assert both.get("width") == "800" and len(list(both)) == 2  # one standalone file of two panels

@@ -96,8 +96,8 @@ LAYERS = [
     ["synth"],  # what writes candidates: the operator, providers, the offline tuner
     ["search"],  # the tree search
     ["data", "cost"],  # records out of the workspace; the cost estimate
-    ["jobs", "optimize", "agent_jobs", "bench"],  # the jobs behind the commands
-    ["cli_common", "cli", "cli_search", "cli_agent", "cli_kb", "cli_bench", "mcp_server", "cli_config"],
+    ["jobs", "optimize", "agent_jobs", "bench", "serve"],  # the jobs behind the commands; the live view
+    ["cli_common", "cli", "cli_search", "cli_agent", "cli_kb", "cli_bench", "cli_serve", "mcp_server", "cli_config"],
 ]
 
 

@@ -389,7 +389,7 @@ def main() -> None:
 # knowledge commands (kb, skills, profile) and the bench commands (bench, benches, export) live in
 # their own modules, which import only `cli_common`; importing them here, after this module's own
 # commands, adds theirs to `app` and lists them after eval, baseline and spec in --help.
-from kernelevolve import cli_agent, cli_bench, cli_config, cli_kb, cli_search  # noqa: E402, F401
+from kernelevolve import cli_agent, cli_bench, cli_config, cli_kb, cli_search, cli_serve  # noqa: E402, F401
 
 if __name__ == "__main__":
     main()

@@ -127,8 +127,6 @@ def _finish(doc: dict[str, Any], report: Path | None, as_json: bool) -> None:
 
         paths = write_bench_report(doc, report)
         err.print(f"report: {escape(', '.join(str(p) for p in paths.values()))}")
-        if "speedup" not in paths:
-            err.print('[dim]no plots: install matplotlib (pip install "kernelevolve[plots]")[/]')
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     else:

@@ -1,31 +1,31 @@
-"""A bench's report: one table (markdown, CSV, JSON), four plots (PNG) and one self-contained HTML page.
+"""A bench's report: one table (markdown, CSV, JSON), four charts (SVG) and one self-contained HTML page.
 
     bench.json      the bench document, as `kernelevolve bench --json` prints it
     bench.md        header (device, versions, track, budget, synthesizer), summary metrics, the table
     bench.csv       the table, one row per spec, with every number unrounded
-    speedup.png     speedup per op vs eager and vs torch.compile (log scale; 1.0 marked)
-    roofline.png    fraction of the roofline per op (the best kernel, shape-weighted)
-    progress.png    best fitness so far against candidates evaluated, per op
-    cost.png        candidates, GPU-seconds, tokens and USD per op
-    bench.html      all of the above in one file: the plots inline as data URIs, no scripts
+    speedup.svg     speedup per op vs eager and vs torch.compile (log scale, bars from 1.0)
+    roofline.svg    fraction of the roofline per op (the best kernel, shape-weighted)
+    progress.svg    best fitness so far against candidates evaluated, per op
+    cost.svg        candidates, GPU-seconds, tokens and USD per op
+    bench.html      all of the above in one file: the charts inline, no scripts
 
-The plots need matplotlib (`pip install kernelevolve[plots]`); without it the tables are written and
-the HTML page says how to get the plots. Text from specs and runs reaches HTML only through `esc`.
+The charts are drawn by `kernelevolve.report.svg`, the module that draws the run report and the live
+view (`kernelevolve serve`), with no plotting dependency. Text from specs and runs reaches HTML and SVG
+only through `esc`.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
-import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kernelevolve.bench.metrics import BASELINES, P_VALUES, p_name
-from kernelevolve.report.fmt import esc, fmt_date, fmt_duration, fmt_int, fmt_pct, fmt_usd, fmt_x, md
+from kernelevolve.report.fmt import Safe, esc, fmt_date, fmt_duration, fmt_int, fmt_pct, fmt_usd, fmt_x, md
 from kernelevolve.report.render import CSP, CSS
+from kernelevolve.report.svg import Series, bars_svg, lines_svg, row_svg
 
 COLUMNS = (
     ("op", "name"),
@@ -185,82 +185,57 @@ def write_csv(doc: dict[str, Any], path: Path) -> None:
             w.writerow(["" if row.get(k) is None else row.get(k) for k in keys])
 
 
-# -- plots ------------------------------------------------------------------------------------------
+# -- charts -----------------------------------------------------------------------------------------
 
 
-def plots(doc: dict[str, Any]) -> dict[str, bytes]:
-    """PNG bytes per plot name; empty where matplotlib is missing or there is nothing to plot."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import matplotlib.ticker
-    except ImportError:
-        return {}
+def plots(doc: dict[str, Any]) -> dict[str, str]:
+    """SVG text per chart name (`PLOTS`); empty where there is no result to plot yet."""
     results = doc["results"]
     if not results:
         return {}
-    names = [r["name"] for r in results]
-    out: dict[str, bytes] = {}
-    width = max(6.0, 0.55 * len(names) + 2)
-
-    def save(fig: Any, name: str) -> None:
-        buf = io.BytesIO()
-        fig.tight_layout()
-        fig.savefig(buf, format="png", dpi=110)
-        plt.close(fig)
-        out[name] = buf.getvalue()
-
-    fig, ax = plt.subplots(figsize=(width, 4))
-    xs = range(len(names))
-    for i, (b, colour) in enumerate(zip(BASELINES, ("#4c72b0", "#dd8452"), strict=True)):
-        vals = [r.get(f"speedup_vs_{b}") or (1.0 if not r.get("correct") else 0) for r in results]
-        ax.bar([x + (i - 0.5) * 0.4 for x in xs], vals, 0.4, label=f"vs {b}", color=colour)
-    ax.axhline(1.0, color="#333", lw=0.8)
-    ax.set_yscale("log")
-    times = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x")
-    ax.yaxis.set_major_formatter(times)
-    ax.yaxis.set_minor_formatter(times)
-    ax.tick_params(axis="y", which="minor", labelsize=7)
-    ax.set_ylabel("speedup (log)")
-    ax.set_xticks(list(xs), names, rotation=45, ha="right")
-    ax.legend()
-    ax.set_title("speedup per op (failures at 1.0: the reference)")
-    save(fig, "speedup")
-
-    fig, ax = plt.subplots(figsize=(width, 3.6))
-    ax.bar(list(xs), [r.get("roofline_fraction") or 0 for r in results], color="#55a868")
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("fraction of roofline")
-    ax.set_xticks(list(xs), names, rotation=45, ha="right")
-    ax.set_title("best kernel's fraction of the roofline")
-    save(fig, "roofline")
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for r in results:
-        if r.get("curve"):
-            ax.plot(range(1, len(r["curve"]) + 1), r["curve"], label=r["name"], lw=1.2)
-    ax.set_xlabel("candidates evaluated")
-    ax.set_ylabel(f"best fitness (vs {doc.get('fitness_baseline')})")
-    ax.set_title("best so far")
-    if 0 < sum(1 for r in results if r.get("curve")) <= 24:
-        ax.legend(fontsize=7, ncol=2)
-    save(fig, "progress")
-
-    fig, axes = plt.subplots(1, 4, figsize=(max(10.0, 1.3 * width), 3.6))
+    names = [str(r["name"]) for r in results]
+    speedups = [
+        Series(
+            f"vs {b}", [r.get(f"speedup_vs_{b}") or (1.0 if not r.get("correct") else None) for r in results]
+        )
+        for b in BASELINES
+    ]
     costs = (
         ("candidates", "candidates"),
         ("gpu_s", "GPU-seconds"),
         ("tokens", "tokens"),
         ("cost_usd", "USD"),
     )
-    for ax, (key, title) in zip(axes, costs, strict=True):
-        ax.bar(list(xs), [float(r.get(key) or 0) for r in results], color="#8172b3")
-        ax.set_title(title)
-        ax.set_xticks(list(xs), names, rotation=60, ha="right", fontsize=7)
-    save(fig, "cost")
-    return out
+    cost_width = max(260, 40 + 22 * len(names))
+    panels = [
+        (bars_svg(title, names, [Series(title, [float(r.get(key) or 0) for r in results], "#8172b3")],
+                  title, height=260, width=cost_width), float(cost_width), 260.0)
+        for key, title in costs
+    ]  # fmt: skip
+    return {
+        "speedup": bars_svg(
+            "speedup per op (failures at 1.0: the reference)",
+            names,
+            speedups,
+            "speedup (log)",
+            log=True,
+            unit="x",
+        ),
+        "roofline": bars_svg(
+            "best kernel's fraction of the roofline",
+            names,
+            [Series("roofline", [r.get("roofline_fraction") or 0.0 for r in results], "#55a868")],
+            "fraction of roofline",
+            y_max=1.05,
+        ),
+        "progress": lines_svg(
+            "best so far",
+            [Series(str(r["name"]), r.get("curve") or []) for r in results],
+            "candidates evaluated",
+            f"best fitness (vs {doc.get('fitness_baseline')})",
+        ),
+        "cost": row_svg("candidates, GPU-seconds, tokens and USD per op", panels),
+    }
 
 
 # -- HTML -------------------------------------------------------------------------------------------
@@ -272,7 +247,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(doc: dict[str, Any], images: dict[str, bytes]) -> str:
+def render_html(doc: dict[str, Any], charts: dict[str, str]) -> str:
     title = f"Bench {doc['bench_id']}"
     kv = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in header(doc))
     rows = [[cell(k, {**r, **reference_us(r)}.get(k)) for _, k in COLUMNS] for r in doc["results"]]
@@ -288,15 +263,9 @@ def render_html(doc: dict[str, Any], images: dict[str, bytes]) -> str:
         "<h2>Per op</h2>",
         _table([h for h, _ in COLUMNS], rows),
     ]
-    if images:
-        for name in PLOTS:
-            if name in images:
-                data = base64.b64encode(images[name]).decode()
-                parts.append(
-                    f'<h2>{esc(name)}</h2><img alt="{esc(name)}" src="data:image/png;base64,{data}">'
-                )
-    else:
-        parts.append('<p class="muted">Plots need matplotlib: pip install "kernelevolve[plots]".</p>')
+    for name in PLOTS:
+        if name in charts:
+            parts.append(f'<h2>{esc(name)}</h2><div class="chart">{Safe(charts[name])}</div>')
     failed = [r for r in doc["results"] if not r.get("correct")]
     if failed:
         parts.append("<h2>Without a correct kernel</h2><ul>")
@@ -317,12 +286,12 @@ def write_bench_report(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     paths["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n")
     paths["md"].write_text(render_markdown(doc))
     write_csv(doc, paths["csv"])
-    images = plots(doc)
-    for name, data in images.items():
-        paths[name] = out_dir / f"{name}.png"
-        paths[name].write_bytes(data)
+    charts = plots(doc)
+    for name, svg in charts.items():
+        paths[name] = out_dir / f"{name}.svg"
+        paths[name].write_text(svg)
     paths["html"] = out_dir / "bench.html"
-    paths["html"].write_text(render_html(doc, images))
+    paths["html"].write_text(render_html(doc, charts))
     return paths
 
 

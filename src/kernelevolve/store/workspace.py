@@ -35,7 +35,7 @@ from kernelevolve.errors import WorkspaceError
 from kernelevolve.store.benches import BenchesMixin
 from kernelevolve.store.blobs import BlobStore, digest_of
 from kernelevolve.store.knowledge import KnowledgeMixin
-from kernelevolve.store.migrations import migrate
+from kernelevolve.store.migrations import MIGRATIONS, check_known, migrate
 from kernelevolve.store.runs import RunsMixin, _json, _now
 from kernelevolve.store.seal import SEALED, seal, verify
 
@@ -89,6 +89,53 @@ class Workspace(RunsMixin, KnowledgeMixin, BenchesMixin):
             raise WorkspaceError(
                 f"{db_path} is not a usable SQLite database: {e}",
                 hint="point --workspace at another directory, or move the file away to start afresh",
+            ) from e
+        finally:
+            if conn is not None and not opened:
+                conn.close()
+        return cls(root, conn)
+
+    @classmethod
+    def open_readonly(cls, root: Path | str) -> Workspace:
+        """Open an existing workspace for reading only, as a viewer beside a running search does.
+
+        The connection is SQLite's read-only mode plus `query_only`, so a bug in a reader cannot write;
+        under WAL a reader never blocks the search's writer and sees each committed transaction whole.
+        Nothing is created or migrated: a missing workspace, or one an older kernelevolve left without
+        this version's migrations, is refused with what to do.
+        """
+        root = Path(root)
+        db_path, conn, opened = root / DB_NAME, None, False
+        if not db_path.is_file():
+            raise WorkspaceError(
+                f"no workspace database at {db_path}",
+                hint="pass --workspace the folder a search or bench wrote (it holds kernelevolve.db)",
+            )
+        try:
+            conn = sqlite3.connect(
+                f"{db_path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                timeout=BUSY_TIMEOUT_S,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA query_only = ON")
+            check_known(conn)
+            applied = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+            missing = [fn.__name__ for fn in MIGRATIONS if fn.__name__ not in applied]
+            if missing:
+                raise WorkspaceError(
+                    f"the workspace database lacks this version's migrations ({', '.join(missing)})",
+                    hint="run any command that writes it once, e.g. `kernelevolve runs -w "
+                    f"{root}`, or let the running search finish",
+                )
+            opened = True
+        except sqlite3.DatabaseError as e:  # unreadable, locked for 30 s, or not a database
+            raise WorkspaceError(
+                f"cannot read workspace database {db_path}: {e}",
+                hint="check the path and its permissions; a database being created may need a moment",
             ) from e
         finally:
             if conn is not None and not opened:
