@@ -97,7 +97,17 @@ LAYERS = [
     ["search"],  # the tree search
     ["data", "cost"],  # records out of the workspace; the cost estimate
     ["jobs", "optimize", "agent_jobs", "bench", "serve"],  # the jobs behind the commands; the live view
-    ["cli_common", "cli", "cli_search", "cli_agent", "cli_kb", "cli_bench", "cli_serve", "mcp_server", "cli_config"],
+    [
+        "cli_common",
+        "cli",
+        "cli_search",
+        "cli_agent",
+        "cli_kb",
+        "cli_bench",
+        "cli_serve",
+        "mcp_server",
+        "cli_config",
+    ],
 ]
 
 
