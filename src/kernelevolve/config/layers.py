@@ -43,7 +43,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from kernelevolve.config import (
+from kernelevolve.config.values import (
     ENV_PREFIX,
     OTHER_VARIABLES,
     WORKSPACE_VARIABLE,
