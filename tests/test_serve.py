@@ -250,4 +250,4 @@ def test_json_has_no_markup_and_no_nan() -> None:
 
 def test_cli_serve_refuses_a_missing_workspace(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["serve", "-w", str(tmp_path / "none"), "--port", "0"])
-    assert result.exit_code == 2 and "no workspace database" in result.output
+    assert result.exit_code == 2 and "no workspace at" in result.output  # the read-only commands' refusal

@@ -23,6 +23,7 @@ OTHER_VARIABLES = {
     # set by the harness for its worker and profiling processes, readable by a user's too
     "KERNELEVOLVE_NATIVE_CACHE": "where compiled native candidates are cached (native.py)",
     "KERNELEVOLVE_LEASE_DIR": "where device leases are taken (evaluate/lease.py)",
+    "KERNELEVOLVE_EXPORT_BUILD": "set by `export --build` for the exported package's build step (export_native.py)",
 }
 PROFILE_MODES = ("auto", "off", "torch", "ncu")
 WORKER_STARTS = ("auto", "fork", "spawn")
