@@ -4,6 +4,7 @@ runner.py    find the specs, one run per spec, resumable; the bench document
 results.py   one result row from a finished run (delivered and kernel speedups, roofline, cost)
 metrics.py   fast_p, geomean speedups (failures as 1.0, or correct only), correctness rate
 report.py    the bench's table (markdown, CSV, JSON), plots (PNG) and one HTML page
+imported.py  other systems' results (a KernelBench run's folder), kept as reported, beside a bench
 """
 
 from kernelevolve.bench.metrics import summarize
