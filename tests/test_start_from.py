@@ -217,3 +217,12 @@ def test_cli_refuses_a_guarded_seed_with_exit_code_2(tmp_path: Path) -> None:
     said = result.stdout + result.stderr
     assert result.exit_code == 2, said
     assert "cheat.py" in said and "static guards" in said and "subprocess" in said
+
+
+def test_seeds_stored_as_sources_and_older_runs_paths_still_read(tmp_path: Path) -> None:
+    from kernelevolve.optimize import stored_seeds
+
+    old = tmp_path / "old.py"
+    old.write_text(SEED)  # a run recorded before sources were stored kept the path alone
+    cfg = {"seeds": [str(old), {"path": "/gone/new.py", "source": RESPELLED, "node": 1}]}
+    assert stored_seeds(cfg) == [(str(old), SEED), ("/gone/new.py", RESPELLED)]

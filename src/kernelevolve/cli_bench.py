@@ -248,7 +248,7 @@ def _import(
 
 
 def _print_imported(doc: dict[str, Any]) -> None:
-    from kernelevolve.bench.report import IMPORTED_COLUMNS, REPORTED, cell, imported_header
+    from kernelevolve.bench.report_imported import IMPORTED_COLUMNS, REPORTED, imported_cell, imported_header
 
     out.print(f"[yellow]{escape(REPORTED)}[/]")
     for k, v in imported_header(doc):
@@ -257,7 +257,7 @@ def _print_imported(doc: dict[str, Any]) -> None:
     for h, _ in IMPORTED_COLUMNS:
         t.add_column(h)
     for r in doc["results"]:
-        t.add_row(*(escape(cell(k, r.get(k))) for _, k in IMPORTED_COLUMNS))
+        t.add_row(*(escape(imported_cell(k, r.get(k))) for _, k in IMPORTED_COLUMNS))
     out.print(t)
 
 

@@ -3,7 +3,7 @@
 Beside its own rows, a bench's report shows what imported benches of the same folder report
 (`bench.imported`): one table per source, our measured row beside the source's reported one, every
 number of theirs labelled "reported"; they are in none of the metrics. An imported bench's own
-report (`write_imported_report`) is its table alone.
+report is `report_imported.py`'s.
 
     bench.json      the bench document, as `kernelevolve bench --json` prints it
     bench.md        header (device, versions, track, budget, synthesizer), summary metrics, the table
@@ -29,6 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.bench.metrics import BASELINES, P_VALUES, p_name
+from kernelevolve.bench.report_imported import (
+    COMPARISON_HEADERS,
+    REPORTED,
+    comparison_markdown,
+    comparison_rows,
+)
 from kernelevolve.report.fmt import esc, fmt_date, fmt_duration, fmt_int, fmt_pct, fmt_usd, fmt_x, md
 from kernelevolve.report.render import CSP, CSS
 
@@ -51,21 +57,6 @@ COLUMNS = (
     ("USD", "cost_usd"),
 )
 PLOTS = ("speedup", "roofline", "progress", "cost")
-# An imported bench's table (`bench.imported`): the source's numbers, and this harness's re-verification
-IMPORTED_COLUMNS = (
-    ("op", "name"),
-    ("compiled", "compiled"),
-    ("correct (reported)", "correct"),
-    ("runtime ms (reported)", "reported_runtime_ms"),
-    ("vs eager (reported)", "reported_speedup_vs_eager"),
-    ("vs compile (reported)", "reported_speedup_vs_compile"),
-    ("re-verified here", "reverified"),
-    ("message", "message"),
-)
-REPORTED = (
-    "reported by the source: measured on its machine by its method, not re-measured here, and in none "
-    "of this bench's metrics"
-)
 
 
 def header(doc: dict[str, Any]) -> list[tuple[str, str]]:
@@ -97,16 +88,6 @@ def reference_us(row: dict[str, Any]) -> dict[str, float | None]:
 
 
 def cell(key: str, value: Any) -> str:
-    if key == "reverified":
-        return reverified_cell(value)
-    if key == "reported_runtime_ms":
-        return "-" if value is None else f"{value:,.3g}"
-    if key == "message":
-        return "-" if not value else str(value)[:120]
-    if key == "compiled":
-        return "yes" if value else "no"
-    if key.startswith("reported_speedup"):
-        return fmt_x(value)
     if key in ("eager_us", "compile_us"):
         return "-" if value is None else f"{value:,.1f}"
     if key == "correct":
@@ -122,85 +103,6 @@ def cell(key: str, value: Any) -> str:
     if key in ("tokens", "candidates", "shapes_dispatched"):
         return fmt_int(value)
     return str(value if value is not None else "-")
-
-
-def reverified_cell(v: dict[str, Any] | None) -> str:
-    """This harness's verdict on an imported kernel: its status and, where correct, its speedups."""
-    if not v:
-        return "-"
-    if not v.get("correct"):
-        return str(v.get("status"))
-    return f"{v.get('status')}: {fmt_x(v.get('speedup_vs_eager'))} vs eager, {fmt_x(v.get('speedup_vs_compile'))} vs compile"
-
-
-def imported_header(doc: dict[str, Any]) -> list[tuple[str, str]]:
-    s = doc["summary"]
-    devices = sorted({str(r["reported_hardware"]) for r in doc["results"] if r.get("reported_hardware")})
-    return [
-        ("imported bench", f"{doc['bench_id']} ({doc.get('format')} run {doc.get('source')})"),
-        ("from", str(doc.get("results_dir"))),
-        ("problems", f"{doc['dir']} (level {doc.get('level') if doc.get('level') is not None else '?'})"),
-        ("device (reported)", ", ".join(devices) or "-"),
-        ("reference times (reported)", ", ".join(doc.get("baselines") or []) or "the samples' own ref_runtime, if any"),
-        ("counts (reported)", f"{s['correct']} of {s['specs']} correct, {s['compiled']} compiled, "
-                              f"{s['missing']} without a result"),
-        ("re-verified here", f"{s['reverified_correct']} of {s['reverified']} correct" if s["reverified"] else "no"),
-    ]  # fmt: skip
-
-
-def comparison_rows(doc: dict[str, Any], other: dict[str, Any]) -> list[list[str]]:
-    """Per problem, our row beside the source's (joined on the spec's path in the folder)."""
-    ours = {r["path"]: r for r in doc["results"]}
-    theirs = {r["path"]: r for r in other["results"]}
-    rows = []
-    for path in list(ours) + [p for p in theirs if p not in ours]:
-        o, t = ours.get(path) or {}, theirs.get(path) or {}
-        rows.append([
-            str(o.get("name") or t.get("name") or path),
-            cell("correct", o.get("correct")) if o else "not run",
-            cell("speedup_vs_eager", o.get("speedup_vs_eager")) if o else "-",
-            cell("speedup_vs_compile", o.get("speedup_vs_compile")) if o else "-",
-            cell("correct", t.get("correct")) if t else "no result",
-            fmt_x(t.get("reported_speedup_vs_eager")),
-            fmt_x(t.get("reported_speedup_vs_compile")),
-            reverified_cell(t.get("reverified")),
-        ])  # fmt: skip
-    return rows
-
-
-COMPARISON_HEADERS = ("op", "ours: correct", "ours: vs eager", "ours: vs compile", "theirs: correct (reported)",
-                      "theirs: vs eager (reported)", "theirs: vs compile (reported)", "their kernel re-verified here")  # fmt: skip
-
-
-def render_imported_markdown(doc: dict[str, Any]) -> str:
-    lines = [f"# Imported results: {doc.get('source')}", "", f"Every number below is {REPORTED}.", ""]
-    lines += [f"- **{k}:** {md(v)}" for k, v in imported_header(doc)]
-    lines += ["", "| " + " | ".join(h for h, _ in IMPORTED_COLUMNS) + " |",
-              "| " + " | ".join(["---"] * len(IMPORTED_COLUMNS)) + " |"]  # fmt: skip
-    for r in doc["results"]:
-        lines.append("| " + " | ".join(md(cell(k, r.get(k))) for _, k in IMPORTED_COLUMNS) + " |")
-    if doc.get("unmatched"):
-        lines += ["", "## Results without a problem file", ""]
-        lines += [f"- {md(u['error'], 300)}" for u in doc["unmatched"]]
-    return "\n".join(lines) + "\n"
-
-
-def _comparison_markdown(doc: dict[str, Any]) -> list[str]:
-    lines: list[str] = []
-    for other in doc.get("other_sources") or []:
-        lines += [
-            "",
-            f"## Beside {md(other.get('source'))} (imported bench {other['bench_id']}, {REPORTED})",
-            "",
-        ]
-        lines += [f"- {md(k)}: {md(v)}" for k, v in imported_header(other)[2:]]
-        lines += [
-            "",
-            "| " + " | ".join(COMPARISON_HEADERS) + " |",
-            "| " + " | ".join(["---"] * len(COMPARISON_HEADERS)) + " |",
-        ]
-        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in comparison_rows(doc, other)]
-    return lines
 
 
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -266,7 +168,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         ]
     if doc.get("pending"):
         lines += ["", f"Not yet run: {md(', '.join(doc['pending']))} (run the same command again to resume)."]
-    lines += _comparison_markdown(doc)
+    lines += comparison_markdown(doc)
     return "\n".join(lines) + "\n"
 
 
@@ -424,41 +326,12 @@ def render_html(doc: dict[str, Any], images: dict[str, bytes]) -> str:
     return "\n".join(parts)
 
 
-def write_imported_report(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
-    """An imported bench's report: JSON, markdown, CSV and one HTML page, no plots."""
-    paths = {"json": out_dir / "bench.json", "md": out_dir / "bench.md", "csv": out_dir / "bench.csv",
-             "html": out_dir / "bench.html"}  # fmt: skip
-    paths["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    paths["md"].write_text(render_imported_markdown(doc))
-    keys = ["path", "problem_id", "compiled", "correct", "reported_runtime_ms", "reported_eager_ms",
-            "reported_compile_ms", "reported_speedup_vs_eager", "reported_speedup_vs_compile",
-            "reported_hardware", "message"]  # fmt: skip
-    with paths["csv"].open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(
-            [*keys, "reverified_status", "reverified_speedup_vs_eager", "reverified_speedup_vs_compile"]
-        )
-        for r in doc["results"]:
-            v = r.get("reverified") or {}
-            w.writerow(["" if r.get(k) is None else r.get(k) for k in keys]
-                       + [v.get("status", ""), v.get("speedup_vs_eager", ""), v.get("speedup_vs_compile", "")])  # fmt: skip
-    title = f"Imported results: {doc.get('source')}"
-    kv = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in imported_header(doc))
-    rows = [[cell(k, r.get(k)) for _, k in IMPORTED_COLUMNS] for r in doc["results"]]
-    paths["html"].write_text("\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>", f"<h1>{esc(title)}</h1>",
-        f'<p class="muted">Every number here is {esc(REPORTED)}.</p>', f'<table class="kv">{kv}</table>',
-        _table([h for h, _ in IMPORTED_COLUMNS], rows), "</body></html>",
-    ]))  # fmt: skip
-    return paths
-
-
 def write_bench_report(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """Write every format into `out_dir`; returns name -> path of what was written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if doc.get("imported") is True:
+        from kernelevolve.bench.report_imported import write_imported_report
+
         return write_imported_report(doc, out_dir)
     paths = {"json": out_dir / "bench.json", "md": out_dir / "bench.md", "csv": out_dir / "bench.csv"}
     paths["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n")
@@ -475,20 +348,12 @@ def write_bench_report(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
 
 __all__ = [
     "COLUMNS",
-    "COMPARISON_HEADERS",
-    "IMPORTED_COLUMNS",
     "PLOTS",
-    "REPORTED",
     "cell",
-    "comparison_rows",
     "header",
-    "imported_header",
     "plots",
     "reference_us",
     "render_html",
-    "render_imported_markdown",
     "render_markdown",
-    "reverified_cell",
     "write_bench_report",
-    "write_imported_report",
 ]
