@@ -1,6 +1,7 @@
 """The external-agent interface's jobs: any coding agent, or a person, is the operator (ask/tell).
 
-    kernelevolve agent start SPEC            a run whose synthesizer is `agent`
+    kernelevolve agent start SPEC            a run whose synthesizer is `agent` (`--start-from FILE`:
+                                             your kernel, evaluated at the first `next`)
     kernelevolve agent next RUN              select a node, write its task and files, print them
     kernelevolve agent submit RUN NODE FILE  evaluate FILE for that node; print the verdict
     kernelevolve agent lint RUN FILE         the static guards on FILE, nothing run
@@ -59,6 +60,7 @@ def next_task(
     from kernelevolve.optimize import run_dir
 
     with _engine(workspace, run_id, session) as (ws, engine), _selecting(session, engine.run_id):
+        evaluate_seeds(engine)
         waiting = [n.id for n in engine.tree().nodes.values() if n.state == "created"]
         if waiting and not new:
             node_id = waiting[0]
@@ -153,6 +155,21 @@ def submit(
         }
 
 
+def evaluate_seeds(engine: Any) -> list[int]:
+    """Evaluate the run's seed nodes still awaiting their verdict (the user's kernels, proposed at
+    `agent start --start-from`): before the first task, so that the agent's tasks grow from them as a
+    search's would. Attaches the evaluator pool for it where the engine has none."""
+    pending = [n.id for n in engine.tree().nodes.values() if n.mode == "seed" and n.state == "proposed"]
+    if pending and engine.pool is None:
+        with engine.attached():
+            for node_id in pending:
+                engine.evaluate(node_id)
+    else:
+        for node_id in pending:
+            engine.evaluate(node_id)
+    return pending
+
+
 def remeasure(workspace: Path, run_id: str, node_id: int, session: Session | None = None) -> dict[str, Any]:
     """Measure a node's kernel again, live, in a fresh worker: the number to trust before building on
     it (a search-time verdict can be a lucky or unlucky moment). Stored as an evaluation of its own;
@@ -186,6 +203,7 @@ def lint(workspace: Path, run_id: str, source: str, session: Session | None = No
 def finish(workspace: Path, run_id: str, session: Session | None = None) -> dict[str, Any]:
     """Close an agent run: re-measure the winners, write the best kernel, export and report."""
     with _engine(workspace, run_id, session, attach=True) as (_, engine):
+        evaluate_seeds(engine)
         summary = engine.finish(engine.stop_reason() or "finished by the agent")
     if session is not None:
         session.close(engine.run_id)
@@ -369,4 +387,13 @@ def _require_agent(name: str, run_id: str) -> None:
         )
 
 
-__all__ = ["Session", "finish", "lint", "next_task", "read_candidate", "remeasure", "submit"]
+__all__ = [
+    "Session",
+    "evaluate_seeds",
+    "finish",
+    "lint",
+    "next_task",
+    "read_candidate",
+    "remeasure",
+    "submit",
+]

@@ -44,6 +44,10 @@ def agent_start(
         int, typer.Option(help="Independent first candidates (drafts) before each task grows from a parent.")
     ] = 1,
     platform: PlatformOpt = None,
+    start_from: Annotated[
+        list[Path] | None,
+        typer.Option("--start-from", help="Your kernel, evaluated first and grown from; repeat for several."),
+    ] = None,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -62,8 +66,9 @@ def agent_start(
         settings = settings_for(workspace, platform=platform)
         limits = limits_from(budget, None, None, None, None, None)
         run_id = jobs.start(
-            spec, settings, SearchConfig(policy=policy, draft=drafts).validate(), limits, SynthConfig("agent")
-        )
+            spec, settings, SearchConfig(policy=policy, draft=drafts).validate(), limits, SynthConfig("agent"),
+            start_from=start_from,
+        )  # fmt: skip
     except KernelevolveError as exc:
         fail(exc, as_json)
         return

@@ -99,6 +99,10 @@ def _result_text(r: dict[str, Any]) -> str:
 def _print_bench(doc: dict[str, Any]) -> None:
     from kernelevolve.bench.report import COLUMNS, cell, header, summary_rows
 
+    if doc.get("imported") is True:
+        _print_imported(doc)
+        return
+
     for k, v in header(doc):
         out.print(f"[dim]{escape(k)}:[/] {escape(v)}")
     t = Table(show_header=True, box=None, padding=(0, 2))
@@ -119,6 +123,9 @@ def _print_bench(doc: dict[str, Any]) -> None:
     out.print(st)
     if doc.get("pending"):
         out.print(f"[yellow]not yet run: {escape(', '.join(doc['pending']))}[/]")
+    for other in doc.get("other_sources") or []:
+        out.print(f"[dim]beside: imported bench {other['bench_id']} ({escape(str(other.get('source')))}, "
+                  "reported by the source; the report shows it)[/]")  # fmt: skip
 
 
 def _finish(doc: dict[str, Any], report: Path | None, as_json: bool) -> None:
@@ -168,6 +175,16 @@ def bench(
     workers: Annotated[int | None, typer.Option(help="Candidates evaluated at once (0: auto).")] = None,
     timing_budget: Annotated[float | None, typer.Option(help="Seconds of timing per shape.")] = None,
     max_usd: Annotated[float | None, typer.Option(help="USD budget per op (model synthesizers).")] = None,
+    import_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--import",
+            help="Import a KernelBench run's folder (eval_results.json, kernels) for DIRECTORY's problems; no search.",
+        ),
+    ] = None,
+    reverify: Annotated[
+        bool, typer.Option(help="With --import: evaluate the imported kernels in this harness, live.")
+    ] = False,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -180,12 +197,16 @@ def bench(
       kernelevolve bench suites/llm --report out/ --json > bench.json
       kernelevolve bench suites --devices auto         # one spec per GPU at a time
       kernelevolve bench suites --devices auto --per-device 3   # three per GPU: more host CPU, 1/3 the memory
+      kernelevolve bench KernelBench/level1 --import runs/my_run     # their results, beside ours in reports
     Run the same command again to resume; --fresh starts over, --redo NAME runs one spec again.
     """
     from kernelevolve.bench import run_bench
     from kernelevolve.search.policies import SearchConfig
     from kernelevolve.synth import SynthConfig
 
+    if import_dir is not None:
+        _import(directory, import_dir, reverify, report, as_json, workspace, platform, device)
+        return
     try:
         settings = settings_for(workspace, platform=platform, device=device, fitness_baseline=baseline,
                              workers=workers, timing_budget_s=timing_budget)  # fmt: skip
@@ -204,6 +225,46 @@ def bench(
     except KeyboardInterrupt:
         raise interrupted("the bench is stored; run the same command again to resume it", as_json) from None
     _finish(doc, report, as_json)
+
+
+def _import(
+    directory: Path, results: Path, reverify: bool, report: Path | None, as_json: bool,
+    workspace: Path | None, platform: str | None, device: int | None,
+) -> None:  # fmt: skip
+    """`bench DIRECTORY --import RESULTS`: the source's results as an imported bench (`bench.imported`)."""
+    from kernelevolve.bench.imported import import_kernelbench
+
+    def on_event(event: str, data: dict[str, Any]) -> None:
+        if event == "imported":
+            err.print(f"[bold]bench {data['bench_id']}[/]: imported {data['problems']} problem(s) from "
+                      f"{escape(data['source'])} (numbers reported by the source, not re-measured)")  # fmt: skip
+            if data["unmatched"]:
+                err.print(f"[yellow]results without a problem file: {data['unmatched']}[/]")
+        elif event == "reverify":
+            counter = escape(f"[{data['index']}/{data['total']}]")
+            err.print(f"[dim]{counter} re-verifying {escape(data['name'])} in this harness[/]")
+
+    try:
+        settings = settings_for(workspace, platform=platform, device=device)
+        doc = import_kernelbench(directory, results, settings, reverify=reverify, on_event=on_event)
+    except KernelevolveError as exc:
+        fail(exc)
+        return
+    _finish(doc, report, as_json)
+
+
+def _print_imported(doc: dict[str, Any]) -> None:
+    from kernelevolve.bench.report_imported import IMPORTED_COLUMNS, REPORTED, imported_cell, imported_header
+
+    out.print(f"[yellow]{escape(REPORTED)}[/]")
+    for k, v in imported_header(doc):
+        out.print(f"[dim]{escape(k)}:[/] {escape(v)}")
+    t = Table(show_header=True, box=None, padding=(0, 2))
+    for h, _ in IMPORTED_COLUMNS:
+        t.add_column(h)
+    for r in doc["results"]:
+        t.add_row(*(escape(imported_cell(k, r.get(k))) for _, k in IMPORTED_COLUMNS))
+    out.print(t)
 
 
 def _devices(text: str | None) -> list[int] | None:

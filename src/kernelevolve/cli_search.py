@@ -94,7 +94,7 @@ def _search_progress(state: dict[str, Any] | None = None) -> Any:
             err.print(f"[yellow]{escape(data['label'])}: {escape(data['reason'][:300])}[/]")
         elif event == "remeasure":
             err.print(f"[dim]re-measuring node {data['node']} in a fresh worker[/]")
-        elif event == "warm_start":
+        elif event in ("warm_start", "seeds"):
             for n in data["nodes"]:
                 err.print(f"[cyan]node {n['node']}: {escape(n['note'][:200])}[/]")
         elif event == "profile":
@@ -195,6 +195,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
         best_warm = max(summary["warm_start"], key=lambda w: w["fitness"])
         out.print(f"warm start: {len(summary['warm_start'])} earlier kernel(s) seeded the tree "
                   f"(best of them: node {best_warm['node']}, fitness {best_warm['fitness']:.2f})")  # fmt: skip
+    for seed in summary.get("seeds") or []:
+        said = (f"{fmt_x(seed['speedup_vs_eager'])} vs eager, {fmt_x(seed['speedup_vs_compile'])} vs compile"
+                if seed["status"] == "ok" else escape(str(seed["message"] or seed["state"])[:200]))  # fmt: skip
+        out.print(
+            f"your kernel {escape(str(seed['file']))}: node {seed['node']}, {seed['status'] or seed['state']}: {said}"
+        )
     skills = summary.get("skills") or {}
     if skills.get("candidates") or skills.get("verified"):
         out.print(f"skills: {skills.get('candidates', 0)} candidate(s) from this run; verified now: "
@@ -278,6 +284,13 @@ def optimize(
         str | None, typer.Option(help="The Ray cluster (as ray.init takes it: auto, ray://host:10001).")
     ] = None,
     timing_budget: Annotated[float | None, typer.Option(help="Seconds of timing per shape.")] = None,
+    start_from: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--start-from",
+            help="Your kernel (a ModelNew file), evaluated first and grown from; repeat for several.",
+        ),
+    ] = None,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -292,6 +305,7 @@ def optimize(
       kernelevolve optimize SPEC --llm anthropic:claude-sonnet-4-5 --max-usd 20
       kernelevolve optimize SPEC --workers 8                            # every local GPU (auto devices)
       kernelevolve optimize SPEC --executor ray --ray-address auto       # a Ray cluster
+      kernelevolve optimize SPEC --start-from my_kernel.py               # grow the tree from your kernel
     """
     from kernelevolve import optimize as jobs
     from kernelevolve.search.policies import SearchConfig
@@ -318,7 +332,9 @@ def optimize(
 
             with Workspace.open(settings.workspace) as ws:
                 err.print(f"[dim]{escape(estimate(ws, synth, limits.budget, settings).line())}[/]")
-        summary = jobs.optimize(spec, settings, search, limits, synth, on_event=_search_progress(state))
+        summary = jobs.optimize(
+            spec, settings, search, limits, synth, on_event=_search_progress(state), start_from=start_from
+        )
     except KernelevolveError as exc:
         fail(exc, as_json)
         return

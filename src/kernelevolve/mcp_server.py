@@ -2,7 +2,7 @@
 
 The tools are the functions of `kernelevolve.agent_jobs` plus what an agent needs around them:
 
-    start_run(spec, budget, platform, policy, drafts)  a new agent-driven run; its id
+    start_run(spec, budget, platform, policy, drafts, start_from)  a new agent-driven run; its id
     next_task(run_id, new)                      the selected node's task: prompt, files, how to submit
     read_node(run_id, node)                     a node's kernel, verdict and note
     lint(run_id, source)                        the static guards on a draft, without running it
@@ -70,10 +70,12 @@ def build_server(workspace: Path, platform: str | None = None, session: Any = No
 
     @server.tool(annotations=records)
     async def start_run(
-        spec: str, budget: int = 20, platform_name: str | None = None, policy: str = "uct", drafts: int = 1
-    ) -> dict[str, Any]:
+        spec: str, budget: int = 20, platform_name: str | None = None, policy: str = "uct", drafts: int = 1,
+        start_from: list[str] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
         """Start an agent-driven optimization run for a spec file; returns its run_id. `drafts`:
-        independent first candidates before each task grows from a parent's verdict."""
+        independent first candidates before each task grows from a parent's verdict. `start_from`:
+        paths of the user's own kernels, the run's first nodes (evaluated at the first next_task)."""
 
         def go() -> dict[str, Any]:
             from kernelevolve.config import load_settings
@@ -89,6 +91,7 @@ def build_server(workspace: Path, platform: str | None = None, session: Any = No
                 SearchConfig(policy=policy, draft=drafts).validate(),
                 Limits(budget=budget),
                 SynthConfig("agent"),
+                start_from=[Path(p) for p in start_from or []],
             )
             return {"run_id": run_id}
 

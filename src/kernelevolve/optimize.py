@@ -5,6 +5,18 @@ fingerprint, the platform, the harness settings, the search configuration, the s
 limits. `resume` rebuilds the engine from that record alone (a spec file that changed since is
 refused: the tree's verdicts would no longer be about it).
 
+A user's own kernels (`optimize --start-from FILE`, `agent start --start-from FILE`) become the
+tree's first nodes, `seed` nodes: proposed at `start` with the file's source and evaluated first like
+any candidate, so every synthesizer grows the tree from them once they are evaluated; the offline
+tuner also takes a seed that declares tunables as one of its bases, beside its own templates. A seed
+file is read once, at `start`: its source is stored with the run (the node, and the run's config for
+the tuner), so a resume never reads it again and a file changed or deleted since changes nothing. At
+`start` a seed file must exist and pass the static guards (parse, define ModelNew with a kernel this
+platform runs, break no rule): those are refused with the guard's message before anything is
+recorded, as `kernelevolve eval` would refuse them. What needs a worker (compiling, correctness,
+timing) is the harness's to say: a seed that fails there is a failed node with its verdict, and the
+search goes on from the other nodes.
+
 Like `jobs.py`, nothing here prints or exits: progress goes to a callback, errors a user must act on
 are the project's exceptions.
 """
@@ -84,8 +96,11 @@ def start(
     *,
     shapes: list[str] | None = None,
     extra_seeds: list[Path] | None = None,
+    start_from: list[Path] | None = None,
 ) -> str:
-    """Record a new run and return its id (nothing is evaluated yet)."""
+    """Record a new run and return its id (nothing is evaluated yet). `extra_seeds`: kernels the
+    offline tuner takes as its bases (`kernelevolve tune`'s); `start_from`: the user's kernels, the
+    run's first (`seed`) nodes, for any synthesizer."""
     spec = load_spec(spec_path)
     platform = select(settings.platform)
     search.validate()
@@ -94,6 +109,7 @@ def start(
         spec.shape(name)  # a SpecError naming the valid shapes
     if synth.name != "tuner" and extra_seeds:
         raise WorkspaceError("seed kernels are for the offline tuner (`kernelevolve tune`)")
+    seeds = read_seeds(start_from or [], spec, platform)  # refused now, before anything is recorded
     if synth.is_model:  # fail now, not at the first expansion, on a missing SDK or key
         from kernelevolve.synth.providers import check_model
 
@@ -106,7 +122,10 @@ def start(
             "synth": dataclasses.asdict(synth),
             "settings": {k: v for k, v in settings.to_dict().items() if k != "workspace"},
             "shapes": shapes,
-            "seeds": [str(p.resolve()) for p in extra_seeds or []],
+            # the tuner's bases, with their sources: a resume never reads the files again
+            "seeds": [{"path": str(p.resolve()), "source": p.read_text()} for p in extra_seeds or []]
+            # the user's kernels: the new run's first nodes, 1..n (`seed_nodes`)
+            + [{"path": str(p.resolve()), "source": text, "node": i} for i, (p, text) in enumerate(seeds, 1)],
         }
         ops = reference_ops(spec)
         config["ops"] = ops  # what a warm start of a later run matches on (`learning.warm_seeds`)
@@ -115,9 +134,57 @@ def start(
             spec.fingerprint, str(spec.path.resolve()), platform.name, synth.name, search.policy, config,
             dataclasses.asdict(limits), pattern=pattern,
         )  # fmt: skip
-        if settings.warm_start and not extra_seeds and synth.name != "agent":
+        if seeds:
+            seed_nodes(ws, run_id, seeds)
+        elif settings.warm_start and not extra_seeds and synth.name != "agent":
             warm_start(ws, run_id, spec, platform.name, ops)
         return run_id
+
+
+def read_seeds(paths: list[Path], spec: Spec, platform: Platform) -> list[tuple[Path, str]]:
+    """The user's kernels for `--start-from`, (path, source), each checked by the static guards the
+    harness applies first (`evaluate.pool.static_report`): a file that is missing, does not parse,
+    or breaks a guard is a SpecError naming the file and the rule, before any search."""
+    from kernelevolve.evaluate.pool import static_report
+
+    out = []
+    for path in paths:
+        if not path.is_file():
+            raise SpecError(
+                f"--start-from {path}: no such file",
+                hint="give a .py file defining ModelNew with its kernels",
+            )
+        source = path.read_text(errors="replace")
+        report = static_report(source, spec, platform)
+        if report.syntax_error:
+            raise SpecError(f"--start-from {path} does not parse: {report.syntax_error}",
+                            hint="fix the file; `kernelevolve eval SPEC FILE` checks it alone")  # fmt: skip
+        if report.violations:
+            rules = "; ".join(str(v) for v in report.violations)
+            raise SpecError(
+                f"--start-from {path} breaks the harness's static guards on {platform.name}: {rules}",
+                hint="fix what the rules name (docs/harness.md says why each exists); "
+                "`kernelevolve eval SPEC FILE` checks it alone",
+            )
+        out.append((path, source))
+    return out
+
+
+def seed_nodes(ws: Workspace, run_id: str, seeds: list[tuple[Path, str]]) -> list[int]:
+    """The user's kernels as a new run's first nodes (1..n, in order): `seed` nodes, proposed with
+    the file's source and evaluated first like any candidate."""
+    from kernelevolve.evaluate.guards import check_source
+
+    nodes = []
+    for i, (path, source) in enumerate(seeds, 1):
+        node_id = ws.create_node(run_id, None, None, "seed")
+        assert node_id == i, f"seed nodes are a new run's first: node {node_id} of run {run_id}"
+        kinds = check_source(source, accepted_kinds=()).kinds
+        ws.propose_node(run_id, node_id, source=source, kind=sorted(kinds)[0] if kinds else None,
+                        note=f"your kernel {path.name} (--start-from {path})",
+                        response=f"start from the user's kernel {path.resolve()}")  # fmt: skip
+        nodes.append(node_id)
+    return nodes
 
 
 def reference_ops(spec: Spec) -> list[str] | None:
@@ -181,7 +248,10 @@ def build_engine(
         )
     platform = get_platform(run["platform"])
     search = SearchConfig(**{**cfg["search"], "schedule": tuple(cfg["search"]["schedule"])})
-    synth_cfg = SynthConfig(**cfg["synth"])
+    synth_fields = dict(cfg["synth"])
+    if "templates" not in synth_fields:  # recorded before the field: a run with seeds was `tune`'s
+        synth_fields["templates"] = not cfg.get("seeds")
+    synth_cfg = SynthConfig(**synth_fields)
     if limits is not None:
         ws.update_run(run_id, limits=dataclasses.asdict(limits))
     limits = limits or Limits(**run["limits"])
@@ -189,7 +259,7 @@ def build_engine(
     settings, plan = memory.fit(spec, platform, settings, memory.settled_memory(spec, platform, settings))
     if plan.note and on_event is not None:
         on_event("memory_plan", {"note": plan.note})
-    seeds = [(p, Path(p).read_text()) for p in cfg.get("seeds") or []]
+    seeds = stored_seeds(cfg)
     meter = _meter(synth_cfg, limits, ws.root, run)
     synthesizer = create(
         synth_cfg, spec, platform.name, platform.kinds, meter=meter, extra_seeds=seeds, workspace=ws.root
@@ -198,6 +268,18 @@ def build_engine(
     return Engine(
         ctx, run_id, synthesizer, search, limits, on_event=on_event, meter=meter, interrupt=interrupt
     )
+
+
+def stored_seeds(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """A run's seed kernels for the tuner, (label, source), as stored with the run; a run recorded
+    before sources were stored kept paths only, read now."""
+    out = []
+    for entry in cfg.get("seeds") or []:
+        if isinstance(entry, str):
+            out.append((entry, Path(entry).read_text()))
+        else:
+            out.append((str(entry["path"]), str(entry["source"])))
+    return out
 
 
 def drive(
@@ -232,14 +314,17 @@ def optimize(
     limits: Limits,
     synth: SynthConfig,
     on_event: Event | None = None,
+    start_from: list[Path] | None = None,
 ) -> dict[str, Any]:
-    run_id = start(spec_path, settings, search, limits, synth)
+    run_id = start(spec_path, settings, search, limits, synth, start_from=start_from)
     if on_event:
         on_event("run", {"run_id": run_id})
         with Workspace.open(settings.workspace) as ws:
-            warm = [n for n in ws.nodes(run_id) if n["mode"] == "warm"]
-        if warm:
-            on_event("warm_start", {"nodes": [{"node": n["id"], "note": n["note"]} for n in warm]})
+            first = ws.nodes(run_id)
+        for mode, event in (("warm", "warm_start"), ("seed", "seeds")):
+            nodes = [{"node": n["id"], "note": n["note"]} for n in first if n["mode"] == mode]
+            if nodes:
+                on_event(event, {"nodes": nodes})
     return drive(run_id, settings.workspace, on_event)
 
 
@@ -270,7 +355,7 @@ def tune(
     rows = []
     for shape in spec.names:
         run_id = start(
-            spec_path, settings, replace(search, draft=1), limits, SynthConfig("tuner"),
+            spec_path, settings, replace(search, draft=1), limits, SynthConfig("tuner", templates=False),
             shapes=[shape], extra_seeds=[kernel],
         )  # fmt: skip
         if on_event:

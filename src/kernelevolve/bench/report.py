@@ -1,5 +1,10 @@
 """A bench's report: one table (markdown, CSV, JSON), four charts (SVG) and one self-contained HTML page.
 
+Beside its own rows, a bench's report shows what imported benches of the same folder report
+(`bench.imported`): one table per source, our measured row beside the source's reported one, every
+number of theirs labelled "reported"; they are in none of the metrics. An imported bench's own
+report is `report_imported.py`'s.
+
     bench.json      the bench document, as `kernelevolve bench --json` prints it
     bench.md        header (device, versions, track, budget, synthesizer), summary metrics, the table
     bench.csv       the table, one row per spec, with every number unrounded
@@ -23,6 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.bench.metrics import BASELINES, P_VALUES, p_name
+from kernelevolve.bench.report_imported import (
+    COMPARISON_HEADERS,
+    REPORTED,
+    comparison_markdown,
+    comparison_rows,
+)
 from kernelevolve.report.fmt import Safe, esc, fmt_date, fmt_duration, fmt_int, fmt_pct, fmt_usd, fmt_x, md
 from kernelevolve.report.render import CSP, CSS
 from kernelevolve.report.svg import Series, bars_svg, lines_svg, row_svg
@@ -157,6 +168,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         ]
     if doc.get("pending"):
         lines += ["", f"Not yet run: {md(', '.join(doc['pending']))} (run the same command again to resume)."]
+    lines += comparison_markdown(doc)
     return "\n".join(lines) + "\n"
 
 
@@ -275,6 +287,10 @@ def render_html(doc: dict[str, Any], charts: dict[str, str]) -> str:
         parts.append("<h2>Specs that failed to load</h2><ul>")
         parts += [f"<li>{esc(e['path'])}: {esc(e['error'])}</li>" for e in doc["load_errors"]]
         parts.append("</ul>")
+    for other in doc.get("other_sources") or []:
+        parts.append(f"<h2>Beside {esc(other.get('source'))} (imported bench {esc(other['bench_id'])})</h2>")
+        parts.append(f'<p class="muted">{esc(REPORTED)}.</p>')
+        parts.append(_table(COMPARISON_HEADERS, comparison_rows(doc, other)))
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -282,6 +298,10 @@ def render_html(doc: dict[str, Any], charts: dict[str, str]) -> str:
 def write_bench_report(doc: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """Write every format into `out_dir`; returns name -> path of what was written."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    if doc.get("imported") is True:
+        from kernelevolve.bench.report_imported import write_imported_report
+
+        return write_imported_report(doc, out_dir)
     paths = {"json": out_dir / "bench.json", "md": out_dir / "bench.md", "csv": out_dir / "bench.csv"}
     paths["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n")
     paths["md"].write_text(render_markdown(doc))

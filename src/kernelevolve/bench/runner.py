@@ -407,8 +407,14 @@ def _forward(emit: Event, info: dict[str, Any]) -> Event:
 
 
 def bench_document(ws: Workspace, bench_id: str) -> dict[str, Any]:
-    """The bench as one JSON-able object: options, environment, results, load errors, summary."""
+    """The bench as one JSON-able object: options, environment, results, load errors, summary; and,
+    apart, `other_sources`: what imported benches of the same folder report (`bench.imported`), never
+    in `summary`. An imported bench's own document is `imported.imported_document`'s."""
+    from kernelevolve.bench.imported import imported_document, imported_for
+
     bench = ws.bench(bench_id)
+    if bench["config"].get("imported"):
+        return imported_document(ws, bench["bench_id"])
     items = ws.bench_items(bench["bench_id"])
     results = [_reviewed(ws, r["result"]) for r in items if r["status"] == "done" and r["result"]]
     load_errors = [{"path": r["path"], "error": r["error"]} for r in items if r["status"] == "load_error"]
@@ -440,6 +446,7 @@ def bench_document(ws: Workspace, bench_id: str) -> dict[str, Any]:
         "load_errors": load_errors,
         "pending": pending,
         "summary": summarize(results, load_errors=len(load_errors)),
+        "other_sources": imported_for(ws, bench["dir"]),
     }
 
 

@@ -179,7 +179,7 @@ class Engine:
         tree = self.tree()
         self._best = b.id if (b := tree.best(self.search.min_gain)) else None
         pending = [n.id for n in tree.nodes.values() if n.state in ("created", "proposed")]
-        if any(tree[n].mode != "warm" for n in pending):
+        if any(tree[n].mode not in ("warm", "seed") for n in pending):  # those are proposed at `start`
             self.emit("resume", {"pending": pending, "nodes": len(tree)})
         reason = ""
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="kernelevolve-expand") as ex:

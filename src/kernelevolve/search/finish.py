@@ -89,6 +89,7 @@ class FinishStep:
         summary = self._summary(tree, best, final, reason, best_path, dispatch, baseline)
         summary["warm_start"] = [{"node": n.id, "note": n.note, "fitness": n.fitness}
                                  for n in tree.nodes.values() if n.mode == "warm"]  # fmt: skip
+        summary["seeds"] = self._seeds(tree)
         summary["skills"] = {"candidates": sum(1 for s in ws.skills() if any(p["run"] == self.run_id for p in s["provenance"])),
                              "verified": [s["id"] for s in verified]}  # fmt: skip
         summary["export"] = self._export(tree, dispatch)
@@ -97,6 +98,23 @@ class FinishStep:
         summary["report"] = self._report(summary)
         ws.update_run(self.run_id, summary=summary)
         return summary
+
+    def _seeds(self, tree: Tree) -> list[dict[str, Any]]:
+        """The user's kernels (`--start-from`), each with its verdict at search time: a seed that
+        failed says how, a correct one how fast it was."""
+        files = {e.get("node"): e["path"] for e in self.ctx.ws.run(self.run_id)["config"].get("seeds") or []
+                 if isinstance(e, dict)}  # fmt: skip
+        out = []
+        for n in tree.nodes.values():
+            if n.mode != "seed":
+                continue
+            out.append({
+                "node": n.id, "file": files.get(n.id), "state": n.state, "status": n.status,
+                "fitness": n.fitness if n.ok else None, "speedup_vs_eager": n.speedup_vs_eager if n.ok else None,
+                "speedup_vs_compile": n.speedup_vs_compile if n.ok else None,
+                "message": None if n.ok else (n.message or "").strip()[:500],
+            })  # fmt: skip
+        return out
 
     def _verify_skills(self, tree: Tree) -> list[dict[str, Any]]:
         settings = self.ctx.settings

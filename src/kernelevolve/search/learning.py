@@ -36,6 +36,8 @@ def analyze(node: Node, parent: Node | None) -> str:
     parts = []
     if node.mode == "warm":
         parts.append(f"tried: {node.note or 'an earlier run’s kernel'}")
+    elif node.mode == "seed":
+        parts.append(f"tried: {node.note or 'the user’s kernel'}")
     elif parent is not None and parent.source and node.source:
         change = sk.describe_change(sk.change_of(parent.source, node.source))
         parts.append(f"tried: {node.note + '; ' if node.note else ''}{change} (from node {parent.id})")

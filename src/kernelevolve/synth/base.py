@@ -144,6 +144,9 @@ class SynthConfig:
     single_shot: bool = False  # a model without tool calling: one completion, code in the answer
     max_steps: int = 12  # tool-loop steps per expansion
     context_tokens: int | None = None  # prompt budget; None: the provider's
+    # The offline tuner drafts from its own templates and samples besides the run's seed kernels;
+    # off for `kernelevolve tune`, where the user's kernel alone is tuned.
+    templates: bool = True
 
     @property
     def is_model(self) -> bool:

@@ -31,12 +31,12 @@ Factory = Callable[..., "Synthesizer"]
 
 def tuner(cfg: SynthConfig, spec: Spec, platform: str, kinds: tuple[str, ...], *, extra_seeds: Any = None,
           **_: Any) -> Synthesizer:  # fmt: skip
-    """The offline tuner. With seeds (`kernelevolve tune`), the user's kernels are what is tuned, not
-    the templates."""
+    """The offline tuner. The run's seed kernels (`optimize --start-from`, `kernelevolve tune`) are
+    bases beside its templates; with `cfg.templates` off (`tune`), the user's kernels alone."""
     from kernelevolve.synth.tuner.driver import OfflineTuner
 
     return OfflineTuner(
-        spec, platform, tuple(kinds), extra_seeds=list(extra_seeds or []), templates=not extra_seeds
+        spec, platform, tuple(kinds), extra_seeds=list(extra_seeds or []), templates=cfg.templates
     )
 
 

@@ -80,7 +80,12 @@ class OfflineTuner:
     def propose(self, task: Task, tools: Tools) -> Proposal:
         with self._lock:
             bases = self._prepare()
-            step = _Step(task, bases, self._issued | set(task.tried), random.Random(task.seed))
+            tried = self._issued | set(task.tried)
+            # a base whose author's spelling is in the tree (a seed node) has been tried as written
+            tried |= {
+                candidate_hash(b.source) for b in bases if b.written and candidate_hash(b.written) in tried
+            }
+            step = _Step(task, bases, tried, random.Random(task.seed))
             proposal = self._answer(step, task)
             if proposal.source is not None:
                 self._issued.add(candidate_hash(proposal.source))

@@ -10,7 +10,8 @@ declared tunables.
 - the knowledge base's code samples that compute the same reference in the platform's kernel kind
   (`knowledge/samples.py`): hand-written kernels with declared tunables, what the tuner has to work
   with where no template covers the reference (gathers, jagged ops, several GEMMs);
-- the extra seeds (user candidates given to `kernelevolve tune`).
+- the extra seeds (the user's kernels: `kernelevolve tune`'s, and `optimize --start-from`'s, which
+  are also the run's first nodes).
 A base whose source declares `TUNABLES`/`CONFIG` (`kernelevolve/tunables.py`) has its `CONFIG` line
 rewritten as the tuner writes it, so that a configuration has one spelling and one hash; one that
 declares none is offered once, as written. Where there is nothing, `bases_for` says why.
@@ -43,6 +44,9 @@ class Base:
     space: Space | None  # None: the source declares no tunables and is offered once, as written
     config: Config
     kind: str = "seed"  # "template" | "sample" | "seed"
+    # The source as its author wrote it, where `source` respells its CONFIG line: the same
+    # configuration, so a tree holding the one has tried the other (a seed node, `--start-from`).
+    written: str | None = None
 
 
 # Platform -> (kernel kind, code generator module). A generator module has `generate(graph,
@@ -157,7 +161,8 @@ def _as_base(label: str, source: str, kind: str) -> Base:
     found = tn.read(source)
     if found is None:
         return Base(label, source, None, {}, kind)
-    return Base(label, tn.write(source, found[1]), found[0], found[1], kind)
+    canonical = tn.write(source, found[1])
+    return Base(label, canonical, found[0], found[1], kind, None if canonical == source else source)
 
 
 __all__ = ["GENERATORS", "Base", "bases_for", "templates_for"]
