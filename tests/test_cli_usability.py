@@ -118,8 +118,13 @@ class FakeOptimize:
     def __init__(self, summary: dict[str, Any] | None = None, raises: BaseException | None = None):
         self.summary, self.raises, self.calls = summary, raises, []
 
-    def __call__(self, spec: Path, settings: Any, search: Any, limits: Any, synth: Any, on_event: Any) -> Any:
-        self.calls.append({"spec": spec, "settings": settings, "limits": limits, "synth": synth})
+    def __call__(
+        self, spec: Path, settings: Any, search: Any, limits: Any, synth: Any, on_event: Any,
+        start_from: Any = None,
+    ) -> Any:  # fmt: skip
+        self.calls.append(
+            {"spec": spec, "settings": settings, "limits": limits, "synth": synth, "start_from": start_from}
+        )
         on_event("run", {"run_id": "r1"})
         logging.getLogger("kernelevolve.search").debug("a debug line from the library")
         on_event("stop", {"reason": "candidate budget reached (2/2)"})

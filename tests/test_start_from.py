@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernelevolve import tunables as tn
-from kernelevolve.errors import SpecError
+from kernelevolve.errors import KernelevolveError
 from kernelevolve.search.limits import Limits
 from kernelevolve.search.policies import SearchConfig
 from kernelevolve.spec import load_spec
@@ -77,7 +77,7 @@ def test_a_seed_that_breaks_a_guard_or_is_missing_stops_start_before_anything_is
     settings = replace(cpu_settings(tmp_path), workspace=ws)
     cheat = tmp_path / "cheat.py"
     cheat.write_text(C_SOFTMAX.replace("import torch\n", "import os\nimport torch\n", 1))
-    with pytest.raises(SpecError, match=r"cheat\.py breaks the harness's static guards.*os") as exc:
+    with pytest.raises(KernelevolveError, match=r"cheat\.py breaks the harness's static guards.*os") as exc:
         start(
             SPECS / "softmax.py",
             settings,
@@ -89,7 +89,7 @@ def test_a_seed_that_breaks_a_guard_or_is_missing_stops_start_before_anything_is
     assert exc.value.hint and "kernelevolve eval" in exc.value.hint
     syntax = tmp_path / "syntax.py"
     syntax.write_text("class ModelNew(:\n")
-    with pytest.raises(SpecError, match="does not parse"):
+    with pytest.raises(KernelevolveError, match="does not parse"):
         start(
             SPECS / "softmax.py",
             settings,
@@ -98,7 +98,7 @@ def test_a_seed_that_breaks_a_guard_or_is_missing_stops_start_before_anything_is
             SynthConfig(),
             start_from=[syntax],
         )
-    with pytest.raises(SpecError, match="no such file"):
+    with pytest.raises(KernelevolveError, match="no such file"):
         start(SPECS / "softmax.py", settings, SearchConfig(), Limits(budget=2), SynthConfig(),
               start_from=[tmp_path / "gone.py"])  # fmt: skip
     with Workspace.open(ws) as w:

@@ -32,7 +32,7 @@ from typing import Any
 
 from kernelevolve.config import Settings
 from kernelevolve.cost import require_price
-from kernelevolve.errors import SpecError, WorkspaceError
+from kernelevolve.errors import KernelevolveError, SpecError, WorkspaceError
 from kernelevolve.evaluate import memory
 from kernelevolve.evaluate.executors import executor_slots
 from kernelevolve.jobs import _record_spec, hardware_profile, sized_for, store_profile, trusted_cache
@@ -144,24 +144,24 @@ def start(
 def read_seeds(paths: list[Path], spec: Spec, platform: Platform) -> list[tuple[Path, str]]:
     """The user's kernels for `--start-from`, (path, source), each checked by the static guards the
     harness applies first (`evaluate.pool.static_report`): a file that is missing, does not parse,
-    or breaks a guard is a SpecError naming the file and the rule, before any search."""
+    or breaks a guard is bad input (a KernelevolveError: exit 2, not the spec's 5) naming the file and the rule, before any search."""
     from kernelevolve.evaluate.pool import static_report
 
     out = []
     for path in paths:
         if not path.is_file():
-            raise SpecError(
+            raise KernelevolveError(
                 f"--start-from {path}: no such file",
                 hint="give a .py file defining ModelNew with its kernels",
             )
         source = path.read_text(errors="replace")
         report = static_report(source, spec, platform)
         if report.syntax_error:
-            raise SpecError(f"--start-from {path} does not parse: {report.syntax_error}",
+            raise KernelevolveError(f"--start-from {path} does not parse: {report.syntax_error}",
                             hint="fix the file; `kernelevolve eval SPEC FILE` checks it alone")  # fmt: skip
         if report.violations:
             rules = "; ".join(str(v) for v in report.violations)
-            raise SpecError(
+            raise KernelevolveError(
                 f"--start-from {path} breaks the harness's static guards on {platform.name}: {rules}",
                 hint="fix what the rules name (docs/harness.md says why each exists); "
                 "`kernelevolve eval SPEC FILE` checks it alone",
