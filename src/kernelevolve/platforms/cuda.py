@@ -179,6 +179,8 @@ def _nvml_identity(index: int) -> tuple[str | None, str | None]:
 
 
 def _driver_version() -> str | None:
+    """The NVIDIA driver's version: through NVML where the `nvml` extra (nvidia-ml-py, imported as
+    pynvml) is installed, else from nvidia-smi."""
     try:
         import pynvml
 
