@@ -71,7 +71,9 @@ def test_every_imported_module_is_declared_and_every_core_dependency_is_imported
 
 def test_the_scan_sees_an_undeclared_import(tmp_path: Path) -> None:
     """The control: a module importing something undeclared, inside a function, is found."""
-    (tmp_path / "mod.py").write_text("import os\ndef f():\n    import pynvml\n    from yaml import safe_load\n")
+    (tmp_path / "mod.py").write_text(
+        "import os\ndef f():\n    import pynvml\n    from yaml import safe_load\n"
+    )
     found = imported(tmp_path)
     assert set(found) == {"nvidia-ml-py", "yaml"}  # the standard library is not a dependency
     core, extras = declared()

@@ -1,5 +1,5 @@
-"""Map one traced aten graph onto the tuner's IR (`ir.OpGraph`): ops, layouts, constants, one matmul
-or convolution.
+"""Map one traced aten graph onto the tuner's IR (`ir.OpGraph`): ops, layouts, constants, one matmul,
+convolution or pooling.
 
 `trace.py` traces the reference (make_fx on fake tensors, core aten decompositions) and hands each
 shape's graph here. `GraphMapper` walks the nodes in order and keeps, for every value, what it means:
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kernelevolve.synth.tuner.ir import REDUCE_OPS, Arg, ConvInfo, GemmInfo, Op, OpGraph, TensorArg
+from kernelevolve.synth.tuner.ir import REDUCE_OPS, Arg, ConvInfo, GemmInfo, Op, OpGraph, PoolInfo, TensorArg
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -77,6 +77,15 @@ def _channel(o: tuple[int, ...]) -> tuple[int, ...]:
 _VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "clone",
           "contiguous", "detach", "lift_fresh_copy", "_to_copy", "to"}  # fmt: skip
 _TRANSPOSES = {"t", "permute", "transpose"}
+# Poolings: (kind, pooled dims) and their arguments after the input, as aten takes them. A 1-d pooling
+# arrives as a 2-d one of a view with a unit dim; max pooling's second result (its int64 indices) is
+# allowed only unread.
+_POOLS = {"max_pool2d_with_indices": ("max", 2), "max_pool3d_with_indices": ("max", 3),
+          "max_pool2d": ("max", 2), "max_pool3d": ("max", 3), "avg_pool2d": ("avg", 2), "avg_pool3d": ("avg", 3)}  # fmt: skip
+_POOL_ARGS = {
+    "max": ("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
+    "avg": ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"),
+}
 _UNARY = {"neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
           "reciprocal": "reciprocal", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf",
           "silu": "silu", "square": "square", "log1p": "log1p", "expm1": "expm1"}  # fmt: skip
@@ -118,6 +127,7 @@ class GraphMapper:
         self.gemm_sizes: tuple[int, int, int, int] = (0, 0, 0, 0)  # batch, M, N, K
         self.conv: ConvInfo | None = None
         self.conv_sizes: tuple[int, int, int, int] = (0, 0, 0, 0)  # groups, M, N per group, K per group
+        self.pool: PoolInfo | None = None
         self.env: dict[Any, Any] = {}
         self.leaf_source: dict[str, tuple[str, tuple[int, ...], str]] = {}
 
@@ -149,7 +159,12 @@ class GraphMapper:
             return "row"
         if _numel(shape) == 1 and len(shape) <= n:
             return "scalar"
-        if self.conv is not None and n >= 3 and len(shape) <= n and _pad(shape, n) == _channel(o):
+        if (
+            (self.conv or self.pool) is not None
+            and n >= 3
+            and len(shape) <= n
+            and _pad(shape, n) == _channel(o)
+        ):
             return "chan"
         return None
 
@@ -240,10 +255,9 @@ class GraphMapper:
                 f"{op} over dims {dims} of a value of shape {list(v.shape)}: only reductions over the last "
                 f"dim of the output's shape {list(self.o)} are templated"
             )
-        if self.gemm is not None or self.conv is not None:
-            raise Unsupported(
-                f"a reduction after a {'matmul' if self.gemm else 'convolution'} is not templated"
-            )
+        if self.gemm is not None or self.conv is not None or self.pool is not None:
+            main = "matmul" if self.gemm else "convolution" if self.conv else "pooling"
+            raise Unsupported(f"a reduction after a {main} is not templated")
         out = shape if shape is not None else ((*self.o[:-1], 1) if keepdim else self.o[:-1])
         return _Val(self.new(op, (v.ref,)), "row", out)
 
@@ -276,7 +290,7 @@ class GraphMapper:
                 raise Unsupported("an output that is an input or a broadcast value is not templated")
             outputs.append(v.ref)
         pattern = (
-            "conv" if self.conv else "gemm" if self.gemm
+            "pool" if self.pool else "conv" if self.conv else "gemm" if self.gemm
             else "row" if any(op.op in REDUCE_OPS for op in self.ops) else "elementwise"
         )  # fmt: skip
         graph = OpGraph(
@@ -287,6 +301,7 @@ class GraphMapper:
             dtype=self.dtype,
             gemm=self.gemm,
             conv=self.conv,
+            pool=self.pool,
             forward_args=list(self.forward_args),
         )
         if self.gemm is not None:
@@ -310,6 +325,8 @@ class GraphMapper:
         name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
         if not str(getattr(node.target, "namespace", "aten")) == "aten":
             raise Unsupported(f"{node.target} is not templated")
+        if name in _POOLS:  # before the dtype check: max pooling's unread indices are int64
+            return self.pooling(name, args, kw, node)
         vals = (
             [v for v in node.meta.get("val", ()) if hasattr(v, "shape")]
             if isinstance(node.meta.get("val"), tuple | list)
@@ -418,6 +435,8 @@ class GraphMapper:
         raise Unsupported(f"aten.{name} is not templated")
 
     def view(self, x: Any, shape: tuple[int, ...]) -> _Val:
+        if isinstance(x, _NoValue):
+            raise Unsupported(f"{x.what} is used; the templates compute only the main result")
         if isinstance(x, int | float):
             return _Val(x, "scalar", shape)
         if not isinstance(x, _Val):
@@ -449,8 +468,8 @@ class GraphMapper:
         return replace(x, shape=shape, transposed=True)
 
     def matmul(self, name: str, args: list[Any], kw: dict[str, Any], shape: tuple[int, ...]) -> _Val:
-        if self.gemm is not None or self.conv is not None:
-            raise Unsupported("more than one matmul or convolution is not templated")
+        if self.gemm is not None or self.conv is not None or self.pool is not None:
+            raise Unsupported("more than one matmul, convolution or pooling is not templated")
         if self.ops:
             raise Unsupported("compute before the matmul is not templated (only an elementwise epilogue)")
         bias, a, b = (args[0], args[1], args[2]) if name == "addmm" else (None, args[0], args[1])
@@ -488,8 +507,8 @@ class GraphMapper:
     def convolution(self, args: list[Any], shape: tuple[int, ...]) -> _Val:
         """`aten.convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups)`
         as the main op: x an input (or parameter), w a parameter, an optional [C_out] bias."""
-        if self.gemm is not None or self.conv is not None:
-            raise Unsupported("more than one matmul or convolution is not templated")
+        if self.gemm is not None or self.conv is not None or self.pool is not None:
+            raise Unsupported("more than one matmul, convolution or pooling is not templated")
         if self.ops:
             raise Unsupported(
                 "compute before the convolution is not templated (only an elementwise epilogue)"
@@ -538,6 +557,60 @@ class GraphMapper:
         positions, in_per_group = _numel(shape[2:]), x.shape[1] // g
         self.conv_sizes = (g, shape[0] * positions, shape[1] // g, in_per_group * _numel(w.shape[2:]))
         return _Val("acc", "full", shape)
+
+    def pooling(self, name: str, args: list[Any], kw: dict[str, Any], node: Any) -> Any:
+        """`aten.max_poolNd_with_indices` / `aten.avg_poolNd` of an input as the main op (`PoolInfo`);
+        its indices, where returned, may not be read."""
+        kind, dims = _POOLS[name]
+        if self.gemm is not None or self.conv is not None or self.pool is not None:
+            raise Unsupported("a pooling after a matmul, convolution or pooling is not templated")
+        if self.ops:
+            raise Unsupported("compute before the pooling is not templated (only an elementwise epilogue)")
+        val = node.meta.get("val")
+        shape = tuple(int(d) for d in (val[0] if isinstance(val, tuple | list) else val).shape)
+        x = args[0]
+        if not (isinstance(x, _Val) and x.leaf is not None and not x.transposed):
+            raise Unsupported("pooling is templated of the forward's inputs as given (no compute before it)")
+        src, base, dtype = self.leaf_source[x.leaf]
+        x_dims = len(base) - 2
+        if not (1 <= x_dims <= dims and len(x.shape) == dims + 2 and base[:2] == x.shape[:2]
+                and _pad(base[2:], 3) == _pad(x.shape[2:], 3)):  # fmt: skip
+            raise Unsupported(f"pooling of {src} {list(base)} viewed as {list(x.shape)} is not templated")
+        given = dict(zip(_POOL_ARGS[kind], args[1:], strict=False)) | kw
+        if given.get("ceil_mode"):
+            raise Unsupported("pooling with ceil_mode is not templated")
+
+        def per_dim(key: str, default: int | None) -> tuple[int, ...]:
+            v = given.get(key)
+            v = default if v is None or v == [] else v
+            v = v if isinstance(v, list | tuple) else [v] * dims
+            if len(v) == 1:
+                v = list(v) * dims
+            if len(v) != dims or not all(isinstance(i, int) for i in v):
+                raise Unsupported(f"pooling {key} {given.get(key)!r} is not templated")
+            return tuple(int(i) for i in v)
+
+        kernel = per_dim("kernel_size", None)
+        stride = per_dim("stride", None) if given.get("stride") not in (None, []) else kernel
+        padding, dilation = per_dim("padding", 0), per_dim("dilation", 1)
+        unit = dims - x_dims  # the view's leading unit dims: pooled by one, no padding
+        if any(kernel[i] != 1 or padding[i] != 0 for i in range(unit)):
+            raise Unsupported("pooling across a unit dim of a view is not templated")
+        if [d for d in shape if d != 1] != [d for d in self.o if d != 1]:
+            raise Unsupported(
+                f"the pooling's result {list(shape)} is not the output {list(self.o)}: only an elementwise "
+                "epilogue is templated after a pooling"
+            )
+        divisor = given.get("divisor_override")
+        if divisor is not None and not isinstance(divisor, int):
+            raise Unsupported("a pooling divisor that is not an integer is not templated")
+        self.register(x.leaf, src, "full", dtype)
+        self.pool = PoolInfo(
+            x.leaf, kind, dims, x_dims, kernel, stride, padding, dilation,  # type: ignore[arg-type]
+            count_include_pad=bool(given.get("count_include_pad", True)), divisor_override=divisor,
+        )  # fmt: skip
+        acc = _Val("acc", "full", shape)
+        return (acc, _NoValue("the pooling's indices")) if name.endswith("_with_indices") else acc
 
     # -- composite ops (what the decompositions leave whole) ---------------------------------------
 

@@ -13,14 +13,16 @@ candidate file with declared tunables. Three patterns are recognized:
 - `conv`: a convolution (1-, 2- or 3-d; stride, padding, dilation, groups, transposed or not;
   optionally plus a bias) as an implicit GEMM, followed by an elementwise epilogue on "acc" whose tensors are `full` (the
   output's shape), `chan` (one value per output channel: a [C, 1, 1] parameter) or `scalar`.
+- `pool`: a max or average pooling (1-, 2- or 3-d; stride, padding, dilation for max) of an input,
+  followed by an elementwise epilogue on "acc" as for `conv` (`chan` is one value per channel).
 
-Iteration space: the (first) output's shape; rows = prod(shape[:-1]), cols = shape[-1]. For `gemm`,
-rows = M (times batch), cols = N. For `conv`, the GEMM's: rows = batch x output positions, cols =
+Iteration space: the (first) output's shape; rows = prod(shape[:-1]), cols = shape[-1] (`pool` too).
+For `gemm`, rows = M (times batch), cols = N. For `conv`, the GEMM's: rows = batch x output positions, cols =
 output channels per group, inner = input channels per group x kernel positions, batch = groups.
 Every `full` tensor is made contiguous by the generated wrapper.
 
-Deliberately not here: anything the tuner cannot generate (gathers, pooling, reductions over other
-dims). `trace.recognize` returns None for those and the tuner seeds only from
+Deliberately not here: anything the tuner cannot generate (gathers, reductions over other dims,
+pooling after other compute). `trace.recognize` returns None for those and the tuner seeds only from
 candidates that declare tunables.
 """
 
@@ -29,8 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Pattern = Literal["elementwise", "row", "gemm", "conv"]
-Layout = Literal["full", "col", "row", "scalar", "chan"]  # chan: per output channel (dim 1), conv only
+Pattern = Literal["elementwise", "row", "gemm", "conv", "pool"]
+Layout = Literal["full", "col", "row", "scalar", "chan"]  # chan: per output channel (dim 1), conv and pool
 
 # Elementwise ops and their arity. Constants may stand in for any argument.
 ELEMENTWISE_OPS: dict[str, int] = {
@@ -99,6 +101,26 @@ class ConvInfo:
     output_padding: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class PoolInfo:
+    """acc = max_pool(x) or avg_pool(x) over the last `dims` dims of x [N, C, *S] (as traced: a 1-d
+    pooling arrives as a 2-d one of a view with a unit dim, `x_dims` = 1 being the input's own spatial
+    dims); per pooled dim its kernel size, stride, padding and (max only) dilation, as `aten.max_poolNd_
+    with_indices` and `aten.avg_poolNd` take them (ceil_mode off). Average: `count_include_pad` and
+    `divisor_override` as torch has them."""
+
+    x: str
+    kind: Literal["max", "avg"]
+    dims: int
+    x_dims: int
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    count_include_pad: bool = True
+    divisor_override: int | None = None
+
+
 @dataclass
 class OpGraph:
     pattern: Pattern
@@ -108,6 +130,7 @@ class OpGraph:
     dtype: str = "float32"  # the outputs' dtype; compute is fp32 in every template
     gemm: GemmInfo | None = None
     conv: ConvInfo | None = None
+    pool: PoolInfo | None = None
     forward_args: list[str] = field(default_factory=list)  # the forward's parameter names
     init_source: str = ""  # ModelNew's __init__ (the reference's, cleaned), so parameters match by name
     description: str = ""  # for humans and prompts, e.g. "row reduction: amax, sub, exp, sum, div"
@@ -123,7 +146,7 @@ class OpGraph:
         for t in self.tensors:
             if t.name == name:
                 return t.layout
-        if self.pattern in ("gemm", "conv") and name == "acc":
+        if self.pattern in ("gemm", "conv", "pool") and name == "acc":
             return "full"
         for op in self.ops:
             if op.out == name:
@@ -149,4 +172,6 @@ class Generated:
     config: dict[str, int | str]
 
 
-__all__ = ["ELEMENTWISE_OPS", "REDUCE_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph", "TensorArg"]
+__all__ = [
+    "ELEMENTWISE_OPS", "REDUCE_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph", "PoolInfo", "TensorArg",
+]  # fmt: skip

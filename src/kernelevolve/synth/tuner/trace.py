@@ -8,9 +8,9 @@ their neighbours arrive as a few aten ops; `aten_map.GraphMapper` maps each grap
 they are filled per shape name. The reference's constructor becomes ModelNew's (`init_source`), so
 the harness can copy the reference's weights into a generated candidate by name.
 
-Deliberately not here: anything the templates cannot generate. Transposed convolutions, gathers,
-reductions over other dims, integer or float64 data, outputs of different shapes, compute before a matmul, training
-specs (backward) and data-dependent control flow give `None` with the reason, and the tuner then
+Deliberately not here: anything the templates cannot generate. Gathers, reductions over other dims,
+integer or float64 data, outputs of different shapes, compute before a matmul, convolution or pooling,
+training specs (backward) and data-dependent control flow give `None` with the reason, and the tuner then
 seeds only from candidates that declare tunables. Running the reference is the harness's business;
 this module only traces it on fake tensors (the spec file itself is imported: specs are trusted).
 """
@@ -62,7 +62,7 @@ def recognize(spec: Spec) -> tuple[OpGraph | None, str]:
 
 
 def _structure(g: OpGraph) -> tuple[Any, ...]:
-    return (g.pattern, g.tensors, g.ops, g.outputs, g.dtype, g.gemm, g.conv, g.forward_args)
+    return (g.pattern, g.tensors, g.ops, g.outputs, g.dtype, g.gemm, g.conv, g.pool, g.forward_args)
 
 
 # --- tracing --------------------------------------------------------------------------------------
@@ -215,6 +215,12 @@ def _describe(g: OpGraph) -> str:
         bias = " + bias" if c.bias else ""
         epi = f", epilogue: {names}" if names else ""
         return f"conv{c.dims}d (stride {list(c.stride)}, padding {list(c.padding)}, dilation {list(c.dilation)}{groups}){bias}{epi}"
+    if g.pattern == "pool" and g.pool is not None:
+        q = g.pool
+        dilation = f", dilation {list(q.dilation)}" if q.kind == "max" else ""
+        epi = f", epilogue: {names}" if names else ""
+        return (f"{q.kind} pool{q.x_dims}d (kernel {list(q.kernel)}, stride {list(q.stride)}, "
+                f"padding {list(q.padding)}{dilation}){epi}")  # fmt: skip
     if g.pattern == "row":
         return f"row reduction over the last dim: {names}"
     return f"elementwise chain: {names}"

@@ -20,6 +20,8 @@ Templates per pattern (`variants(graph)` lists them, the first is the default):
   epilogue fused before the store), see `triton_gemm.py`;
 - conv: `triton-conv` (1-, 2- and 3-d convolutions as an implicit GEMM, groups through the grid's
   second axis, bias and epilogue fused), see `triton_conv.py`.
+- pool: `triton-pool` (1-, 2- and 3-d max and average pooling, the window unrolled, epilogue fused),
+  see `triton_pool.py`.
 
 Loop trip counts that depend on shapes are passed as constexprs: the Triton 3.6 interpreter (numpy 2)
 cannot loop to a run-time bound, and the compiled kernel is specialized per shape anyway.
@@ -36,7 +38,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from kernelevolve.synth.tuner import triton_conv, triton_gemm, triton_row
+from kernelevolve.synth.tuner import triton_conv, triton_gemm, triton_pool, triton_row
 from kernelevolve.synth.tuner.ir import Generated, OpGraph
 from kernelevolve.synth.tuner.triton_common import (
     HELPER_IMPORTS,
@@ -221,6 +223,7 @@ TEMPLATES: dict[str, tuple[str, Builder, Callable[[OpGraph], bool]]] = {
     "triton-row-looped": ("row", lambda g, p: triton_row.build(g, p, looped=True), _always),
     "triton-gemm": ("gemm", triton_gemm.build, _always),
     "triton-conv": ("conv", triton_conv.build, _always),
+    "triton-pool": ("pool", triton_pool.build, _always),
 }
 
 

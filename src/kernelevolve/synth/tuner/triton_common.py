@@ -85,7 +85,7 @@ class Names:
         self._ids: dict[str, str] = {}
         taken: set[str] = set()
         values = [t.name for t in graph.tensors] + [op.out for op in graph.ops]
-        if graph.pattern in ("gemm", "conv"):
+        if graph.pattern in ("gemm", "conv", "pool"):
             values.append("acc")
         for name in values:
             base = re.sub(r"\W", "_", name) or "x"
