@@ -15,7 +15,15 @@ from typing import Any
 
 from kernelevolve.errors import WorkspaceError
 from kernelevolve.report.fmt import finite, fmt_duration, fmt_x, one_line
-from kernelevolve.report.render import SHAPE_COLUMNS, _node_row, _shape_row, find_best, gather, render_html
+from kernelevolve.report.render import (
+    NODE_COLUMNS,
+    SHAPE_COLUMNS,
+    _node_row,
+    _shape_row,
+    find_best,
+    gather,
+    render_html,
+)
 from kernelevolve.report.svg import curve_svg, node_status, tree_svg
 from kernelevolve.store import Workspace
 
@@ -171,17 +179,7 @@ class LiveView:
                 "curve": curve_svg(facts.curve, facts.baseline),
                 "time": curve_svg(facts.curve, facts.baseline, by_time=True),
             },
-            "columns": [
-                "id",
-                "parent",
-                "mode",
-                "status",
-                "fitness",
-                "vs eager",
-                "vs compile",
-                "eval",
-                "note",
-            ],
+            "columns": list(NODE_COLUMNS[:9]),  # the report's, without the message
             "nodes": [
                 {"id": n["id"], "state": n.get("state"), "status": node_status(n), "cells": _node_row(n)[:9]}
                 for n in nodes
