@@ -9,10 +9,6 @@ cannot generate is refused with the reason.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -24,6 +20,7 @@ from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner import c_codegen
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
+from tests.tuner_interp import interpret
 
 HEADER = "import torch\nimport torch.nn as nn\n\n"
 SMALL = {"BLOCK": 64, "num_warps": 1}
@@ -86,37 +83,6 @@ def _spec(tmp: Path, name: str, layer: str, channels: int, expr: str, inputs: st
     return path
 
 
-_RUNNER = r"""
-import importlib.util, json, sys
-import torch
-
-def load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-results = {}
-for i, case in enumerate(json.load(open(sys.argv[1]))):
-    try:
-        ref_mod, cand = load(case["spec"], f"pool_spec_{i}"), load(case["candidate"], f"pool_cand_{i}")
-        torch.manual_seed(0)
-        ref = ref_mod.Model()
-        new = cand.ModelNew()
-        new.load_state_dict(ref.state_dict())
-        inputs = ref_mod.get_inputs()
-        with torch.no_grad():
-            want, got = ref(*inputs), new(*inputs)
-        assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
-        assert torch.isnan(want).any() == ("nan" in case["id"]), "the NaN case must carry a NaN through"
-        results[case["id"]] = "ok"
-    except Exception as exc:
-        results[case["id"]] = f"{type(exc).__name__}: {exc}"
-json.dump(results, open(sys.argv[2], "w"))
-"""
-
-
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
     """Every reference recognized and generated twice (defaults, a small block): id -> (spec, source)."""
@@ -136,19 +102,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
 def interpreted(
     generated: dict[str, tuple[str, str]], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:
-    tmp = tmp_path_factory.mktemp("pool-run")
-    manifest = []
-    for i, (case, (spec, source)) in enumerate(generated.items()):
-        (tmp / f"cand_{i}.py").write_text(source)
-        manifest.append({"id": case, "spec": spec, "candidate": str(tmp / f"cand_{i}.py")})
-    (tmp / "cases.json").write_text(json.dumps(manifest))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(
-        [sys.executable, "-c", _RUNNER, str(tmp / "cases.json"), str(tmp / "results.json")],
-        env=env, capture_output=True, text=True, timeout=280,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads((tmp / "results.json").read_text())
+    return interpret(generated, tmp_path_factory.mktemp("pool-run"), tol=1e-5, nan_marker="nan")
 
 
 CASES = [*REFERENCES, *(f"{name}@small" for name in REFERENCES)]

@@ -1,0 +1,63 @@
+"""Running generated tuner candidates against their references under the Triton interpreter, for the
+template tests (`test_tuner_conv.py`, `test_tuner_pool.py`): one subprocess (TRITON_INTERPRET=1, no
+GPU) runs every case and writes "ok" or the failure per case id."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+_RUNNER = r"""
+import importlib.util, json, sys
+import torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+options = json.load(open(sys.argv[1]))
+results = {}
+for i, case in enumerate(options["cases"]):
+    try:
+        ref_mod, cand = load(case["spec"], f"interp_spec_{i}"), load(case["candidate"], f"interp_cand_{i}")
+        torch.manual_seed(0)
+        ref = ref_mod.Model()
+        new = cand.ModelNew()
+        new.load_state_dict(ref.state_dict())
+        inputs = ref_mod.get_inputs()
+        with torch.no_grad():
+            want, got = ref(*inputs), new(*inputs)
+        assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
+        torch.testing.assert_close(got, want, rtol=options["tol"], atol=options["tol"], equal_nan=True)
+        nan = options["nan_marker"]
+        assert bool(torch.isnan(want).any()) == bool(nan and nan in case["id"]), "a NaN only where marked"
+        results[case["id"]] = "ok"
+    except Exception as exc:
+        results[case["id"]] = f"{type(exc).__name__}: {exc}"
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+
+def interpret(
+    generated: dict[str, tuple[str, str]], tmp: Path, tol: float, nan_marker: str = ""
+) -> dict[str, str]:
+    """Each case id -> "ok" or why not. `generated`: id -> (spec path, candidate source). Outputs
+    must match within `tol` (NaN where the reference has NaN), and the reference must produce a NaN
+    exactly in the cases whose id contains `nan_marker` (none without one)."""
+    cases = []
+    for i, (case, (spec, source)) in enumerate(generated.items()):
+        (tmp / f"cand_{i}.py").write_text(source)
+        cases.append({"id": case, "spec": spec, "candidate": str(tmp / f"cand_{i}.py")})
+    (tmp / "cases.json").write_text(json.dumps({"cases": cases, "tol": tol, "nan_marker": nan_marker}))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNNER, str(tmp / "cases.json"), str(tmp / "results.json")],
+        env=env, capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return dict(json.loads((tmp / "results.json").read_text()))
