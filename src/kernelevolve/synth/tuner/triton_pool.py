@@ -24,16 +24,15 @@ from kernelevolve.synth.tuner.triton_common import (
     Names,
     Parts,
     allocate,
-    check_graph,
     forward_args,
     helpers_for,
     jit_function,
     load,
-    needed,
     op_expr,
     outputs_tuple,
     pick,
     pow2_at_least,
+    prepare,
     source_expr,
     store,
 )
@@ -43,21 +42,17 @@ _GEOMETRY = ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "
 
 def build(graph: OpGraph, precision: str) -> Parts:
     """`precision` does not matter here: pooling compares and adds in fp32 whatever the policy."""
-    check_graph(graph, "pool")
+    names, used, ops = prepare(graph, "pool")  # the epilogue's tensors and ops (x is read by the window)
     pi = graph.pool
     if pi is None:
         raise CodegenError("a pool graph without its PoolInfo")
-    names = Names(graph)
-    by_name = {t.name: t for t in graph.tensors}
-    if pi.x not in by_name:
+    x = next((t for t in graph.tensors if t.name == pi.x), None)
+    if x is None:
         raise CodegenError(f"pool input {pi.x!r} is not one of the graph's tensors")
-    x = by_name[pi.x]
-    live = needed(graph, graph.outputs)
-    epilogue = [t for t in graph.tensors if t.name in live and t.name != pi.x]
+    epilogue = [t for t in used if t.name != pi.x]
     for t in epilogue:
         if t.layout not in ("full", "chan", "scalar"):
             raise CodegenError(f"a {t.layout} tensor ({t.name}) in a pooling's epilogue")
-    ops = [op for op in graph.ops if op.out in live]
 
     ptrs = [names.ptr(x.name), *(names.ptr(t.name) for t in epilogue)]
     ptrs += [f"out{i}_ptr" for i in range(len(graph.outputs))]
