@@ -383,6 +383,26 @@ def _check_untouched() -> str | None:
     return None
 
 
+def _release_nvml() -> None:
+    """Shut NVML down where the server's imports started it (torch's NVML-based device count, asked
+    while importing, calls nvmlInit and never nvmlShutdown). NVML is not fork-safe: a child that
+    inherits it started cannot start its own, and torch's out-of-memory error, which asks NVML for the
+    device's usage, then failed as an internal assert that never said "out of memory" (so the pool
+    never raised a spec's memory share). Shut down as often as it was started, each child starts its own."""
+    try:
+        with open("/proc/self/maps") as maps:
+            if not any("libnvidia-ml" in line for line in maps):
+                return
+        import ctypes
+
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return
+    for _ in range(64):  # nvmlInit counts its calls; NVML_SUCCESS is 0
+        if nvml.nvmlShutdown() != 0:
+            break
+
+
 def _device_after_fork() -> str | None:
     """Where CUDA is installed, a first child starts it after a fork: why not, if it cannot."""
     import torch
@@ -428,7 +448,9 @@ def serve(argv: list[str] | None = None) -> None:
             loaded.append(name)
         except ImportError:
             pass
-    why = _check_untouched() or _device_after_fork()
+    why = _check_untouched()
+    _release_nvml()
+    why = why or _device_after_fork()
     if lease is not None:
         lease.release()
     if why:
