@@ -81,9 +81,9 @@ class Settings:
     spares: int = 1
     # How a worker starts: "fork" (Linux: forked from a process of the engine's that has imported
     # torch and torch.compile's stack once, `evaluate/forkserver.py`; where it cannot serve, workers
-    # are spawned), "spawn" (a fresh interpreter per worker), or "auto": fork on the CPU; spawn on a
-    # GPU until forked workers pass the GPU memory-cap tests (two of them failed on an H200: see
-    # benchmarks/results/2026-11-26-h200-fork-server.md), where "fork" halved a worker's start-up.
+    # are spawned), "spawn" (a fresh interpreter per worker), or "auto": fork on Linux, spawn elsewhere.
+    # A forked worker starts in about half a spawned one's time on a GPU
+    # (benchmarks/results/2026-11-26-h200-fork-server.md).
     worker_start: str = "auto"
     # Devices a search spreads its candidates over: indices ("0,1"), or "auto": every visible device
     # of the platform, unless `device` names another than the first (then that one alone). `device` is

@@ -21,7 +21,7 @@ worker's (secrets scrubbed, `scrub_env`) without the per-worker paths; it import
 that no device was initialised (a CUDA driver initialised before fork is unusable in the child), has
 a first child prove that the device still starts after a fork, and reports ready. Where any of that
 fails, the engine is told why and spawns its workers as before (`Settings.worker_start`: "spawn"
-always does; "auto", the default, forks on the CPU and spawns on GPUs for now). The child closes every descriptor but its channel, log and stdio before anything
+always does; "auto", the default, forks on Linux). The child closes every descriptor but its channel, log and stdio before anything
 else, so no worker can reach the server's socket.
 
 What it does not do: share anything mutable between workers. A child is a copy of the server's

@@ -168,7 +168,7 @@ class WorkerHandle:
         spawned (`worker_start`; or the server could not serve)."""
         mode = self.settings.worker_start
         if mode == "auto":  # see Settings.worker_start
-            mode = "spawn" if self.platform.name in ("cuda", "rocm") else "fork"
+            mode = "fork"
         if mode != "fork" or sys.platform != "linux":
             return None
         lease = lease_key if self.platform.exclusive else None
