@@ -37,7 +37,8 @@ Every failure is a `SpecError` naming the file; where the spec's own code raised
 constructor, the reference in a worker: `raised_by_spec`), it names the spec's line, not the torch
 frame below it where the error was noticed.
 
-Why one module (over 450 lines): the format, its validation, the meta-device probe and the
+The probe's working-memory count is `work_memory.py`'s. Why one module (over 450 lines): the format,
+its validation, the meta-device probe and the
 fingerprint all read the same `KERNELEVOLVE` dict and the same `Spec` value; a reader checks what a
 spec may say in one place.
 """
@@ -56,6 +57,7 @@ from types import ModuleType
 from typing import Any
 
 from kernelevolve.errors import SpecError
+from kernelevolve.work_memory import PeakOfNewTensors
 
 PRECISION_POLICIES = ("strict_fp32", "tf32", "low")
 EXTENSION_KEYS = {
@@ -453,7 +455,7 @@ def _probe_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> None:
         b.numel() * b.element_size() for b in model.buffers()
     )
     try:
-        with torch.no_grad(), _PeakOfNewTensors() as peak:
+        with torch.no_grad(), PeakOfNewTensors().running(model) as peak:
             out = model(*[_meta_cast(spec, x) for x in inputs])
         spec.work_bytes[shape.name] = peak.bytes
     except Exception:
@@ -464,56 +466,6 @@ def _probe_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> None:
             return
     outs = flatten_outputs(spec, out)
     spec.outputs[shape.name] = [TensorInfo(list(o.shape), _dtype_name(o.dtype)) for o in outs]
-
-
-class _PeakOfNewTensors:
-    """The peak of bytes held at once by the storages that the ops under it make (a view, an in-place
-    op or an `_unsafe_view` shares one, counted once), each counted until the last tensor seen on it
-    is freed: the reference forward's working memory on meta (a convolution's output and the product
-    of it, say, beside the inputs and parameters), which the memory plan adds to a worker's need
-    (`evaluate.memory.worker_need`)."""
-
-    def __enter__(self) -> _PeakOfNewTensors:
-        import weakref
-
-        import torch
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        self.bytes, live = 0, [0]
-        storages: dict[int, list[int]] = {}  # storage -> [tensors seen on it still alive, its bytes]
-        tracker = self
-
-        def freed(key: int) -> None:
-            entry = storages[key]
-            entry[0] -= 1
-            if entry[0] == 0:
-                live[0] -= entry[1]
-                del storages[key]
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                out = func(*args, **(kwargs or {}))
-                for t in out if isinstance(out, (tuple, list)) else (out,):
-                    if not isinstance(t, torch.Tensor):
-                        continue
-                    key = t.untyped_storage()._cdata
-                    if key not in storages:
-                        given = {a.untyped_storage()._cdata for a in args if isinstance(a, torch.Tensor)}
-                        if t._base is not None or key in given:
-                            continue  # a view or an alias of what existed before, or an op in place on it
-                        storages[key] = [0, t.untyped_storage().nbytes()]
-                        live[0] += storages[key][1]
-                    storages[key][0] += 1
-                    weakref.finalize(t, freed, key)
-                tracker.bytes = max(tracker.bytes, live[0])
-                return out
-
-        self._mode = Mode()
-        self._mode.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._mode.__exit__(*exc)
 
 
 def _probe_inputs(spec: Spec, module: ModuleType, shape: ShapeSpec) -> list[Any]:

@@ -1,0 +1,77 @@
+"""The meta probe's working memory for recurrent layers (`work_memory.py`): an RNN, LSTM or GRU given
+meta tensors is not run step by step (level 3's 35_LSTM took a minute of a GPU host's CPU per probe);
+its results' shapes follow from its configuration, exactly as running it gives them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelevolve.spec import load_spec
+from kernelevolve.work_memory import recurrent_meta
+
+
+def _flat(out: object) -> list[torch.Size]:
+    if isinstance(out, tuple):
+        return [s for item in out for s in _flat(item)]
+    assert isinstance(out, torch.Tensor)
+    return [out.shape]
+
+
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN])
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("shape", [(3, 7, 5), (7, 5)], ids=["batched", "unbatched"])
+def test_recurrent_results_on_meta_have_the_shapes_a_real_run_gives(
+    cls: type, batch_first: bool, bidirectional: bool, shape: tuple[int, ...]
+) -> None:
+    torch.manual_seed(0)
+    projections = [0, 3] if cls is torch.nn.LSTM else [0]
+    for proj in projections:
+        extra = {"proj_size": proj} if proj else {}
+        m = cls(5, 4, num_layers=2, batch_first=batch_first, bidirectional=bidirectional, **extra)
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            real = m(x)
+        fake = recurrent_meta(m, (x.to("meta"),))
+        assert _flat(fake) == _flat(real), (proj, _flat(fake), _flat(real))
+
+
+def test_real_values_and_packed_sequences_are_left_to_the_layer() -> None:
+    m = torch.nn.GRU(5, 4)
+    assert recurrent_meta(m, (torch.randn(7, 2, 5),)) is None  # values: run it
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(7, 2, 5), [7, 5])
+    assert recurrent_meta(m, (packed,)) is None
+
+
+def test_a_specs_lstm_is_not_run_on_meta_and_its_memory_is_counted(tmp_path: Path) -> None:
+    """The probe gives the spec's output shapes and a working memory that holds the LSTM's results,
+    without calling the layer's own forward (which would decompose it step by step); after the probe
+    the layer is the class's again. The control: a linear layer in the same spec is traced as before."""
+    path = tmp_path / "lstm.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\n\nCALLS = []\n\n"
+        "class CountingLSTM(nn.LSTM):\n"
+        "    def forward(self, *args, **kwargs):\n"
+        "        CALLS.append(args[0].device.type)\n"
+        "        return super().forward(*args, **kwargs)\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lstm = CountingLSTM(64, 128, num_layers=3, batch_first=True)\n"
+        "        self.fc = nn.Linear(128, 10)\n"
+        "    def forward(self, x):\n"
+        "        out, (h, c) = self.lstm(x)\n"
+        "        return self.fc(out[:, -1, :])\n\n"
+        "def get_inputs():\n    return [torch.randn(8, 256, 64)]\n"
+    )
+    spec = load_spec(path)
+    assert [o.shape for o in spec.outputs["default"] or []] == [[8, 10]]
+    sequence = 8 * 256 * 128 * 4  # the LSTM's output sequence, float32
+    assert spec.work_bytes["default"] >= sequence
+    import sys
+
+    module = next(m for name, m in sys.modules.items() if getattr(m, "__file__", None) == str(path))
+    assert module.CALLS == [], module.CALLS  # the probe never ran it
