@@ -21,25 +21,31 @@ residual around a pooling), and cuts inside a template's own op (a split-K GEMM)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kernelevolve.synth.tuner.aten_map import _TRANSPOSES, _VIEWS, FLOAT_DTYPES, GraphMapper, Unsupported
 from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
 
+# What maps one graph (`GraphMapper` or a factory with its signature that picks a mapper per graph).
+Mapper = Callable[[Any, list[str], list[str]], GraphMapper]
 MAX_STAGES = 4
 # Graph mappings tried per traced shape before giving up: each candidate cut maps its prefix once.
 _BUDGET = 400
 
 
-def map_graph(gm: Any, sources: list[str], forward_args: list[str], shape_name: str) -> OpGraph:
-    """The traced graph as one OpGraph: a single template's, or a `pipeline` of stages. Raises
-    `Unsupported` with the reason (the whole graph's, or the first stage no template covers)."""
+def map_graph(
+    gm: Any, sources: list[str], forward_args: list[str], shape_name: str, mapper: Mapper = GraphMapper
+) -> OpGraph:
+    """The traced graph as one OpGraph: a single template's, or a `pipeline` of stages, each graph
+    mapped by `mapper`. Raises `Unsupported` with the reason (the whole graph's, or the first stage
+    no template covers)."""
     try:
-        return GraphMapper(gm, sources, forward_args).build(shape_name)
+        return mapper(gm, sources, forward_args).build(shape_name)
     except Unsupported as exc:
         whole = exc
     budget = [_BUDGET]
-    stages, why = _split(gm.graph, sources, forward_args, len(forward_args), shape_name, budget)
+    stages, why = _split(mapper, gm.graph, sources, forward_args, len(forward_args), shape_name, budget)
     if stages is None:
         raise Unsupported(why or str(whole)) from None
     for k, stage in enumerate(stages):
@@ -61,7 +67,13 @@ def map_graph(gm: Any, sources: list[str], forward_args: list[str], shape_name: 
 
 
 def _split(
-    graph: Any, sources: list[str], args: list[str], n_inputs: int, shape_name: str, budget: list[int],
+    mapper: Mapper,
+    graph: Any,
+    sources: list[str],
+    args: list[str],
+    n_inputs: int,
+    shape_name: str,
+    budget: list[int],
     depth: int = 0,
 ) -> tuple[list[OpGraph] | None, str]:
     """The stages of `graph` (its whole output), or None and why not. `args`: the forward arguments
@@ -75,7 +87,9 @@ def _split(
         ancestors[n] = {n}.union(*(ancestors[a] for a in n.all_input_nodes if a in ancestors))
     free: set[Any] = set()  # views of inputs and parameters (and constants): copied where a stage needs them
     for n in nodes:
-        if (_is_view(n) or not n.all_input_nodes) and all(a in placeholders or a in free for a in n.all_input_nodes):
+        if (_is_view(n) or not n.all_input_nodes) and all(
+            a in placeholders or a in free for a in n.all_input_nodes
+        ):
             free.add(n)
     why = ""
     if depth + 1 >= MAX_STAGES:
@@ -92,8 +106,9 @@ def _split(
             continue
         budget[0] -= 1
         try:
-            first = GraphMapper(_graph(placeholders, [n for n in nodes if n in prefix], cut), sources, args)
-            head = first.build(shape_name)
+            head = mapper(_graph(placeholders, [n for n in nodes if n in prefix], cut), sources, args).build(
+                shape_name
+            )
         except Unsupported:
             continue
         j = len(args) - n_inputs
@@ -102,16 +117,21 @@ def _split(
         tail = _graph(placeholders, copied + rest, out_node.args[0], cut)
         tail_sources, tail_args = [*sources, f"input:{len(args)}"], [*args, mid]
         budget[0] -= 1
+        later: list[OpGraph] | None
         try:
-            stages = [GraphMapper(tail, tail_sources, tail_args).build(shape_name)]
+            later = [mapper(tail, tail_sources, tail_args).build(shape_name)]
         except Unsupported as exc:
-            stages, sub = _split(tail.graph, tail_sources, tail_args, n_inputs, shape_name, budget, depth + 1)
-            if stages is None:
-                deeper = sub.startswith("stage ") or sub.startswith("more than")
-                why = why or (sub if deeper else f"stage {depth + 2} of the pipeline (after {_what(head)}) "
-                              f"is not templated: {exc}")
+            later, sub = _split(
+                mapper, tail.graph, tail_sources, tail_args, n_inputs, shape_name, budget, depth + 1
+            )
+            if later is None:  # the deepest stage's reason, else this tail's own
+                why = why or (
+                    sub
+                    if sub.startswith("stage ")
+                    else f"stage {depth + 2} of the pipeline (after {_what(head)}) is not templated: {exc}"
+                )
                 continue
-        return [head, *stages], ""
+        return [head, *later], ""
     return None, why
 
 

@@ -1,0 +1,306 @@
+"""Pipelines of stages through the offline tuner (issue J): a reference that no single template covers
+(a convolution or matmul whose epilogue is followed by a pooling, a softmax, a reduction, another
+pooling) is cut into stages (`stages.py`), each a templated graph, generated as one Triton candidate
+(`triton_stages`: each stage's kernels, renamed apart, with their own prefixed tunables, run in order
+through fp32 intermediates), passes the candidate guards, and computes what the reference computes
+under the Triton interpreter, at the default configuration of every variant and at small tiles. A
+stage no template covers is refused with that stage's reason.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernelevolve import tunables
+from kernelevolve.evaluate.guards import check_source
+from kernelevolve.spec import load_spec
+from kernelevolve.synth.tuner import c_codegen
+from kernelevolve.synth.tuner.ir import OpGraph
+from kernelevolve.synth.tuner.trace import recognize
+from kernelevolve.synth.tuner.triton_codegen import generate, variants
+from tests.tuner_interp import interpret
+
+HEADER = "import torch\nimport torch.nn as nn\n\n"
+# Small tiles per stage template (ragged edges at these sizes).
+SMALL = {
+    "triton-conv": {
+        "BLOCK_M": 16,
+        "BLOCK_N": 16,
+        "BLOCK_K": 16,
+        "GROUP_M": 1,
+        "num_warps": 2,
+        "num_stages": 1,
+    },
+    "triton-gemm": {
+        "BLOCK_M": 16,
+        "BLOCK_N": 16,
+        "BLOCK_K": 16,
+        "GROUP_M": 1,
+        "num_warps": 2,
+        "num_stages": 1,
+    },
+    "triton-pool": {"BLOCK": 64, "num_warps": 1},
+    "triton-row": {"ROWS": 2, "num_warps": 1},
+    "triton-row-looped": {"CHUNK": 512, "ROWS": 1, "num_warps": 1},
+    "triton-elementwise": {"BLOCK": 256, "ITERS": 2, "num_warps": 1},
+    "triton-elementwise-2d": {"BLOCK_R": 2, "BLOCK_C": 32, "num_warps": 1},
+    "triton-elementwise-persistent": {"BLOCK": 256, "WAVES": 1, "num_warps": 1},
+}
+
+# name: (the layers, forward's body, inputs, the stages' patterns)
+REFERENCES = {
+    "conv2d-relu-maxpool": (
+        "self.conv = nn.Conv2d(3, 5, 3, padding=1)\nself.pool = nn.MaxPool2d(2)",
+        "return self.pool(torch.relu(self.conv(x)))",
+        "[torch.randn(2, 3, 8, 9)]", ["conv", "pool"],
+    ),
+    "conv2d-tanh-avgpool-sigmoid": (
+        "self.conv = nn.Conv2d(3, 4, 3)\nself.pool = nn.AvgPool2d(2, stride=2, padding=1, count_include_pad=False)\n"
+        "self.scale = nn.Parameter(torch.rand(4, 1, 1) + 0.5)",
+        "return torch.sigmoid(self.pool(torch.tanh(self.conv(x)) - 0.5) * self.scale)",
+        "[torch.randn(2, 3, 9, 10)]", ["conv", "pool"],
+    ),
+    "conv2d-maxpool-avgpool": (
+        "self.conv = nn.Conv2d(3, 4, 3, padding=1)\nself.pool1 = nn.MaxPool2d(2)\nself.pool2 = nn.AvgPool2d(2)",
+        "return self.pool2(self.pool1(self.conv(x))) * 2.0",
+        "[torch.randn(2, 3, 10, 12)]", ["conv", "pool", "pool"],
+    ),
+    "conv1d-maxpool1d": (
+        "self.conv = nn.Conv1d(3, 4, 3)\nself.pool = nn.MaxPool1d(3, stride=2)",
+        "return self.pool(self.conv(x) * 0.5)",
+        "[torch.randn(2, 3, 21)]", ["conv", "pool"],
+    ),
+    "convT3d-leaky-maxpool": (
+        "self.conv = nn.ConvTranspose3d(2, 3, 3, stride=2, padding=1)\nself.pool = nn.MaxPool3d(2)",
+        "return self.pool(torch.nn.functional.leaky_relu(self.conv(x), 0.2) * 2.0)",
+        "[torch.randn(1, 2, 3, 4, 3)]", ["conv", "pool"],
+    ),
+    "linear-gelu-softmax": (
+        "self.linear = nn.Linear(16, 24)", "return torch.softmax(torch.nn.functional.gelu(self.linear(x)), dim=1)",
+        "[torch.randn(6, 16)]", ["gemm", "row"],
+    ),
+    "linear-sum-scale-residual": (
+        "self.linear = nn.Linear(16, 24)",
+        "y = self.linear(x) / 2.0\nreturn y - y.sum(dim=-1, keepdim=True) * 0.1",
+        "[torch.randn(7, 16)]", ["gemm", "row"],
+    ),
+    "linear-layernorm-relu": (
+        "self.linear = nn.Linear(16, 24)\nself.norm = nn.LayerNorm(24)",
+        "return torch.relu(self.norm(self.linear(x)))",
+        "[torch.randn(5, 16)]", ["gemm", "row"],
+    ),
+    "maxpool-conv": (  # compute before a convolution: the pooling is its own stage
+        "self.pool = nn.MaxPool2d(2)\nself.conv = nn.Conv2d(3, 4, 3)",
+        "return self.conv(self.pool(x) + 1.0)",
+        "[torch.randn(2, 3, 12, 10)]", ["pool", "conv"],
+    ),
+    "conv2d-softmax-lastdim": (
+        "self.conv = nn.Conv2d(3, 4, 3)", "return torch.softmax(self.conv(x), dim=-1) + 1.0",
+        "[torch.randn(2, 3, 7, 9)]", ["conv", "row"],
+    ),
+    "relu-maxpool-maxpool": (  # compute before a pooling, then a pooling of the pooling
+        "self.pool = nn.MaxPool2d(2)", "return self.pool(self.pool(torch.relu(x)))",
+        "[torch.randn(2, 3, 9, 12)]", ["elementwise", "pool", "pool"],
+    ),
+    "relu-matmul": (  # compute before a matmul
+        "pass", "return torch.relu(x) @ x.t()", "[torch.randn(9, 12)]", ["elementwise", "gemm"],
+    ),
+}  # fmt: skip
+
+
+def _spec(tmp: Path, name: str, layers: str, body: str, inputs: str) -> Path:
+    path = tmp / f"{name.replace('-', '_')}.py"
+    path.write_text(
+        HEADER
+        + "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        + textwrap.indent(layers, " " * 8)
+        + "\n\n    def forward(self, x):\n"
+        + textwrap.indent(body, " " * 8)
+        + f"\n\n\ndef get_inputs():\n    return {inputs}\n\n\ndef get_init_inputs():\n    return []\n"
+    )
+    return path
+
+
+def _small(graph: OpGraph, template: str) -> dict[str, int | str]:
+    return {
+        f"s{k}_{key}": value
+        for k, name in enumerate(template.split("+"))
+        for key, value in SMALL[name].items()
+    }
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, OpGraph]]:
+    tmp = tmp_path_factory.mktemp("stages")
+    out = {}
+    for name, (layers, body, inputs, _) in REFERENCES.items():
+        path = _spec(tmp, name, layers, body, inputs)
+        graph, why = recognize(load_spec(path))
+        assert graph is not None, why
+        out[name] = (str(path), graph)
+    return out
+
+
+@pytest.fixture(scope="module")
+def generated(graphs: dict[str, tuple[str, OpGraph]]) -> dict[str, tuple[str, str]]:
+    """Every reference at every variant's defaults, and its default variant at small tiles."""
+    out = {}
+    for name, (path, graph) in graphs.items():
+        names = variants(graph)
+        for template in names:
+            out[f"{name}@{template}"] = (path, generate(graph, template=template).source)
+        out[f"{name}@small"] = (path, generate(graph, config=_small(graph, names[0])).source)
+    return out
+
+
+@pytest.fixture(scope="module")
+def interpreted(
+    generated: dict[str, tuple[str, str]], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    return interpret(generated, tmp_path_factory.mktemp("stages-run"), tol=1e-4)
+
+
+@pytest.mark.parametrize("name", REFERENCES)
+def test_the_reference_is_cut_into_the_expected_stages(
+    name: str, graphs: dict[str, tuple[str, OpGraph]]
+) -> None:
+    graph = graphs[name][1]
+    assert graph.pattern == "pipeline"
+    assert [s.pattern for s in graph.stages] == REFERENCES[name][3]
+    assert graph.description.startswith(f"pipeline of {len(graph.stages)} stages: ")
+    # Every intermediate is fp32 and read by a later stage as the extra argument `_mid<j>`.
+    assert all(s.dtype == "float32" for s in graph.stages[:-1])
+    for k, stage in enumerate(graph.stages[1:]):
+        assert f"_mid{k}" in stage.forward_args
+        assert any(t.name.startswith("_mid") and t.dtype == "float32" for t in stage.tensors)
+
+
+def test_the_interpreter_ran_every_variant(generated: dict[str, tuple[str, str]]) -> None:
+    assert "linear-gelu-softmax@triton-gemm+triton-row-looped" in generated
+    assert len(generated) >= 2 * len(REFERENCES)
+
+
+@pytest.mark.parametrize("case", [f"{n}@small" for n in REFERENCES] + [f"{n}@default" for n in REFERENCES])
+def test_generated_pipelines_match_the_reference_under_the_interpreter(
+    case: str, graphs: dict[str, tuple[str, OpGraph]], interpreted: dict[str, str]
+) -> None:
+    name, _, which = case.partition("@")
+    keys = [f"{name}@small"] if which == "small" else [f"{name}@{t}" for t in variants(graphs[name][1])]
+    for key in keys:
+        assert interpreted[key] == "ok", (key, interpreted[key])
+
+
+def test_generated_pipelines_pass_the_candidate_guards(generated: dict[str, tuple[str, str]]) -> None:
+    for case, (_, source) in generated.items():
+        report = check_source(source, accepted_kinds={"triton"}, platform="cuda")
+        assert report.ok, (case, report.violations)
+
+
+def test_each_stage_has_its_own_prefixed_tunables_and_tile(graphs: dict[str, tuple[str, OpGraph]]) -> None:
+    graph = graphs["conv2d-maxpool-avgpool"][1]
+    gen = generate(graph)
+    assert gen.template == "triton-conv+triton-pool+triton-pool"
+    assert {"s0_BLOCK_M", "s0_DOT", "s1_BLOCK", "s1_num_warps", "s2_BLOCK", "s2_num_warps"} <= set(
+        gen.tunables
+    )
+    declared = tunables.read(gen.source)
+    assert declared is not None and declared[1] == gen.config
+    assert tunables.declared_tile(gen.source) == ("s0_BLOCK_M", "s0_BLOCK_N", "s1_BLOCK", "s2_BLOCK")
+    assert tunables.fits(gen.source)
+    for k in range(3):  # each stage's kernel renamed apart, launched by its own stage function
+        assert f"def _stage{k}(" in gen.source
+    assert "def _s1_pool_kernel(" in gen.source and "def _s2_pool_kernel(" in gen.source
+    assert 'CONFIG["s2_BLOCK"]' in gen.source and 'CONFIG["BLOCK"]' not in gen.source
+    with pytest.raises(ValueError, match="no tunable 'BLOCK'"):
+        generate(graph, config={"BLOCK": 64})
+
+
+def test_each_stage_tile_is_checked_against_its_own_warps() -> None:
+    tile = ("s0_BLOCK_M", "s0_BLOCK_N", "s1_BLOCK")
+    config = {"s0_BLOCK_M": 256, "s0_BLOCK_N": 256, "s0_num_warps": 2, "s1_BLOCK": 64, "s1_num_warps": 1}
+    assert tunables.per_thread(config, tile) == 256 * 256 / 64  # the conv's tile, over its own 2 warps
+    assert not tunables.config_fits(config, tile)
+    config |= {"s0_BLOCK_M": 64, "s0_BLOCK_N": 64, "s0_num_warps": 8, "s1_BLOCK": 2048}
+    assert tunables.per_thread(config, tile) == 2048 / 32  # now the pooling's is the larger
+    assert tunables.per_thread({"s0_BLOCK": 64, "s0_num_warps": "auto"}, ("s0_BLOCK",)) is None
+    assert tunables.per_thread({"BLOCK": 1024, "num_warps": 4}, ("BLOCK",)) == 8  # unprefixed as before
+
+
+@pytest.mark.parametrize(
+    ("layers", "body", "reason"),
+    [
+        (  # the stage after the convolution is not templated: its own reason, named as that stage
+            "self.conv = nn.Conv2d(3, 4, 3)",
+            "return torch.cumsum(self.conv(x), dim=-1)",
+            "stage 2 of the pipeline (after conv2d (stride [1, 1], padding [0, 0], dilation [1, 1]) + bias) "
+            "is not templated: aten.cumsum is not templated",
+        ),
+        (  # the third stage, after a pooling that is the second
+            "self.conv = nn.Conv2d(3, 4, 3)\nself.pool = nn.MaxPool2d(2)",
+            "return torch.cumsum(self.pool(torch.relu(self.conv(x))), dim=-1)",
+            "stage 3 of the pipeline (after max pool2d (kernel [2, 2], stride [2, 2], padding [0, 0], "
+            "dilation [1, 1])) is not templated: aten.cumsum is not templated",
+        ),
+        (  # no cut gives a templated first stage: the whole graph's reason
+            "self.conv = nn.Conv2d(3, 4, 3)",
+            "return self.conv(torch.cumsum(x, dim=-1))",
+            "aten.cumsum is not templated",
+        ),
+    ],
+)
+def test_a_stage_no_template_covers_is_refused_with_its_reason(
+    layers: str, body: str, reason: str, tmp_path: Path
+) -> None:
+    graph, why = recognize(load_spec(_spec(tmp_path, "refused", layers, body, "[torch.randn(2, 3, 8, 8)]")))
+    assert graph is None and why == reason, why
+
+
+def test_a_stage_reducing_to_one_value_per_row_is_refused_unless_a_template_stores_rows(
+    tmp_path: Path,
+) -> None:
+    """Matmul, then a sum over the last dim to [rows, 1], scaled: the row template stores outputs of
+    the iteration space's shape, so this second stage is refused with its reason; where a template
+    stores one value per row (the row template's reductions over any dims, issue J's sibling work), it
+    is a pipeline and correct."""
+    path = _spec(
+        tmp_path, "gemm_sum", "self.linear = nn.Linear(16, 24)",
+        "return self.linear(x).sum(dim=-1, keepdim=True) * 0.5", "[torch.randn(6, 16)]",
+    )  # fmt: skip
+    graph, why = recognize(load_spec(path))
+    if graph is None:
+        assert why.startswith(
+            "stage 2 of the pipeline (after matmul (weight layout nk) + bias) is not templated: "
+        )
+        return
+    assert [s.pattern for s in graph.stages] == ["gemm", "row"]
+    result = interpret({"gemm-sum": (str(path), generate(graph).source)}, tmp_path, tol=1e-4)
+    assert result["gemm-sum"] == "ok", result
+
+
+def test_the_cpu_templates_say_they_do_not_generate_pipelines(graphs: dict[str, tuple[str, OpGraph]]) -> None:
+    with pytest.raises(NotImplementedError, match="do not generate pipelines"):
+        c_codegen.generate(graphs["conv2d-relu-maxpool"][1])
+
+
+def test_a_spec_with_two_shapes_gives_one_pipeline_with_each_stage_sized_per_shape(tmp_path: Path) -> None:
+    path = _spec(
+        tmp_path, "shapes", "self.conv = nn.Conv2d(3, 4, 3)\nself.pool = nn.MaxPool2d(2)",
+        "return self.pool(self.conv(x))", "[torch.randn(2, 3, 8, 8)]",
+    )  # fmt: skip
+    path.write_text(
+        path.read_text().replace(
+            "def get_inputs():\n    return [torch.randn(2, 3, 8, 8)]",
+            "KERNELEVOLVE = {'shapes': {'small': {'weight': 1, 'params': {'h': 8}}, "
+            "'large': {'weight': 1, 'params': {'h': 16}}}}\n\n\n"
+            "def get_inputs(h=8):\n    return [torch.randn(2, 3, h, h)]",
+        )
+    )
+    spec = load_spec(path)
+    assert spec.names == ["small", "large"]
+    graph, why = recognize(spec)
+    assert graph is not None, why
+    for stage in graph.stages:
+        assert len(stage.rows) == 2, stage.rows
