@@ -258,26 +258,65 @@ def test_a_stage_no_template_covers_is_refused_with_its_reason(
     assert graph is None and why == reason, why
 
 
-def test_a_stage_reducing_to_one_value_per_row_is_refused_unless_a_template_stores_rows(
-    tmp_path: Path,
+# Stages that reduce over other dims than the last, or to one value per row (a sum over the last dim
+# as the output): refused here with the stage's reason while the row template reduces over the last
+# dim only, and stored in the iteration space's shape; pipelines, correct under the interpreter, where
+# the row template reduces over any dims (issue J's sibling work on `aten_reduce`).
+OTHER_REDUCTIONS = {
+    "linear-sum-scale": (
+        "self.linear = nn.Linear(16, 24)", "return self.linear(x).sum(dim=1, keepdim=True) * 0.5",
+        "[torch.randn(6, 16)]", ["gemm", "row"],
+    ),
+    "linear-logsumexp-leaky": (
+        "self.linear = nn.Linear(16, 24)",
+        "y = torch.logsumexp(self.linear(x), dim=1, keepdim=True)\nreturn torch.nn.functional.leaky_relu(y, 0.01)",
+        "[torch.randn(6, 16)]", ["gemm", "row"],
+    ),
+    "conv2d-groupnorm": (
+        "self.conv = nn.Conv2d(3, 8, 3)\nself.gn = nn.GroupNorm(4, 8)",
+        "return torch.sigmoid(self.gn(torch.relu(self.conv(x))))", "[torch.randn(2, 3, 7, 8)]", ["conv", "row"],
+    ),
+    "conv3d-softmax-maxpool-maxpool": (
+        "self.conv = nn.Conv3d(2, 4, 3)\nself.p1 = nn.MaxPool3d(2)\nself.p2 = nn.MaxPool3d(2)",
+        "return self.p2(self.p1(torch.softmax(self.conv(x), dim=1)))", "[torch.randn(1, 2, 10, 10, 11)]",
+        ["conv", "row", "pool", "pool"],
+    ),
+    "conv2d-gelu-global-avgpool": (
+        "self.conv = nn.Conv2d(3, 5, 3)", "return torch.nn.functional.gelu(self.conv(x)).mean(dim=[2, 3])",
+        "[torch.randn(2, 3, 7, 8)]", ["conv", "row"],
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def other_reductions(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[dict[str, tuple[OpGraph | None, str]], dict[str, str]]:
+    """Each reference's graph (or None) and reason; the recognized ones' results under the
+    interpreter at every variant (case id -> "ok" or why not)."""
+    tmp = tmp_path_factory.mktemp("stages-other")
+    graphs: dict[str, tuple[OpGraph | None, str]] = {}
+    generated = {}
+    for name, (layers, body, inputs, _) in OTHER_REDUCTIONS.items():
+        path = _spec(tmp, name, layers, body, inputs)
+        graph, why = recognize(load_spec(path))
+        graphs[name] = (graph, why)
+        for template in variants(graph) if graph is not None else []:
+            generated[f"{name}@{template}"] = (str(path), generate(graph, template=template).source)
+    return graphs, interpret(generated, tmp, tol=1e-4) if generated else {}
+
+
+@pytest.mark.parametrize("name", OTHER_REDUCTIONS)
+def test_a_stage_reducing_over_other_dims_is_refused_with_its_reason_or_generated_correctly(
+    name: str, other_reductions: tuple[dict[str, tuple[OpGraph | None, str]], dict[str, str]]
 ) -> None:
-    """Matmul, then a sum over the last dim to [rows, 1], scaled: the row template stores outputs of
-    the iteration space's shape, so this second stage is refused with its reason; where a template
-    stores one value per row (the row template's reductions over any dims, issue J's sibling work), it
-    is a pipeline and correct."""
-    path = _spec(
-        tmp_path, "gemm_sum", "self.linear = nn.Linear(16, 24)",
-        "return self.linear(x).sum(dim=-1, keepdim=True) * 0.5", "[torch.randn(6, 16)]",
-    )  # fmt: skip
-    graph, why = recognize(load_spec(path))
+    (graph, why), runs = other_reductions[0][name], other_reductions[1]
     if graph is None:
-        assert why.startswith(
-            "stage 2 of the pipeline (after matmul (weight layout nk) + bias) is not templated: "
-        )
+        assert why.startswith("stage 2 of the pipeline (after ") and " is not templated: " in why, why
         return
-    assert [s.pattern for s in graph.stages] == ["gemm", "row"]
-    result = interpret({"gemm-sum": (str(path), generate(graph).source)}, tmp_path, tol=1e-4)
-    assert result["gemm-sum"] == "ok", result
+    assert [s.pattern for s in graph.stages] == OTHER_REDUCTIONS[name][3]
+    keys = [key for key in runs if key.startswith(name + "@")]
+    assert keys and all(runs[key] == "ok" for key in keys), runs
 
 
 def test_the_cpu_templates_say_they_do_not_generate_pipelines(graphs: dict[str, tuple[str, OpGraph]]) -> None:
