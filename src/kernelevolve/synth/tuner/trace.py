@@ -4,13 +4,13 @@
 memory, no compute), with parameters passed explicitly through `torch.func.functional_call` and the
 core aten decompositions applied, so `softmax`, `layer_norm`, `rms_norm`, `gelu`, `silu`, `linear` and
 their neighbours arrive as a few aten ops; `aten_map.GraphMapper` maps each graph onto the IR
-(`ir.py`). Every shape must give the same graph; only the sizes (rows, cols, K, batch) differ, and
-they are filled per shape name. The reference's constructor becomes ModelNew's (`init_source`), so
+(`ir.py`), and where no one template covers it, `stages.map_graph` cuts it into a pipeline of
+templated stages (a convolution, then a pooling). Every shape must give the same graph (the same
+stages); only the sizes (rows, cols, K, batch) differ, and they are filled per shape name (per stage). The reference's constructor becomes ModelNew's (`init_source`), so
 the harness can copy the reference's weights into a generated candidate by name.
 
 Deliberately not here: anything the templates cannot generate. Gathers, reductions over other dims,
-integer or float64 data, outputs of different shapes, compute before a matmul, convolution or pooling,
-training specs (backward) and data-dependent control flow give `None` with the reason, and the tuner then
+integer or float64 data, outputs of different shapes, a stage that no template covers, training specs (backward) and data-dependent control flow give `None` with the reason, and the tuner then
 seeds only from candidates that declare tunables. Running the reference is the harness's business;
 this module only traces it on fake tensors (the spec file itself is imported: specs are trusted).
 """
