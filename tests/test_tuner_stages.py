@@ -68,6 +68,11 @@ REFERENCES = {
         "return self.pool2(self.pool1(self.conv(x))) * 2.0",
         "[torch.randn(2, 3, 10, 12)]", ["conv", "pool", "pool"],
     ),
+    "conv2d-maxpool-logsoftmax": (  # a third stage that reduces over the last dim
+        "self.conv = nn.Conv2d(3, 4, 3, padding=1)\nself.pool = nn.MaxPool2d(2)",
+        "return torch.log_softmax(self.pool(self.conv(x)), dim=-1)",
+        "[torch.randn(2, 3, 8, 12)]", ["conv", "pool", "row"],
+    ),
     "conv1d-maxpool1d": (
         "self.conv = nn.Conv1d(3, 4, 3)\nself.pool = nn.MaxPool1d(3, stride=2)",
         "return self.pool(self.conv(x) * 0.5)",
