@@ -24,7 +24,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kernelevolve.synth.tuner.aten_map import _TRANSPOSES, _VIEWS, FLOAT_DTYPES, GraphMapper, Unsupported
+from kernelevolve.synth.tuner.aten_map import (
+    _POOLS,
+    _TRANSPOSES,
+    _VIEWS,
+    FLOAT_DTYPES,
+    GraphMapper,
+    Unsupported,
+)
 from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
 
 # What maps one graph (`GraphMapper` or a factory with its signature that picks a mapper per graph).
@@ -78,6 +85,8 @@ def _split(
 ) -> tuple[list[OpGraph] | None, str]:
     """The stages of `graph` (its whole output), or None and why not. `args`: the forward arguments
     a stage may read, the reference's and the intermediates so far."""
+    if depth + 1 >= MAX_STAGES:
+        return None, f"a pipeline has at most {MAX_STAGES} stages"
     nodes = [n for n in graph.nodes if n.op == "call_function" and n.users]
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in graph.nodes if n.op == "output")
@@ -91,15 +100,16 @@ def _split(
             a in placeholders or a in free for a in n.all_input_nodes
         ):
             free.add(n)
+    mains = {n for n in nodes if _name(n) in _MAIN_OPS}  # a template has one at most: prune cuts
     why = ""
-    if depth + 1 >= MAX_STAGES:
-        return None, f"more than {MAX_STAGES} stages are not templated"
     for cut in reversed(nodes):
         if budget[0] <= 0:
             return None, why or "no cut into templated stages was found within the search budget"
         if cut in outputs or not _float_tensor(cut) or cut in free:
             continue
         prefix = ancestors[cut]
+        if len(prefix & mains) > 1:
+            continue
         rest = [n for n in nodes if n not in prefix]
         borrowed = {a for n in rest for a in n.all_input_nodes if a in prefix and a is not cut}
         if not rest or borrowed - free or outputs & prefix:
@@ -125,19 +135,26 @@ def _split(
                 mapper, tail.graph, tail_sources, tail_args, n_inputs, shape_name, budget, depth + 1
             )
             if later is None:  # the deepest stage's reason, else this tail's own
+                limit = f" (and {sub})" if sub.startswith("a pipeline has at most") else ""
                 why = why or (
                     sub
                     if sub.startswith("stage ")
-                    else f"stage {depth + 2} of the pipeline (after {_what(head)}) is not templated: {exc}"
+                    else f"stage {depth + 2} of the pipeline (after {_what(head)}) is not templated: {exc}{limit}"
                 )
                 continue
         return [head, *later], ""
     return None, why
 
 
+_MAIN_OPS = {"convolution", "mm", "addmm", "bmm", *_POOLS}
+
+
+def _name(n: Any) -> str:
+    return str(getattr(n.target, "__name__", str(n.target))).split(".")[0]
+
+
 def _is_view(n: Any) -> bool:
-    name = getattr(n.target, "__name__", str(n.target)).split(".")[0]
-    return name in _VIEWS or name in _TRANSPOSES
+    return _name(n).removesuffix("_") in _VIEWS or _name(n) in _TRANSPOSES
 
 
 def _float_tensor(n: Any) -> bool:
