@@ -324,6 +324,16 @@ def test_a_stage_reducing_over_other_dims_is_refused_with_its_reason_or_generate
     assert keys and all(runs[key] == "ok" for key in keys), runs
 
 
+def test_a_pipeline_of_more_than_four_stages_is_refused_with_the_limit(tmp_path: Path) -> None:
+    path = _spec(
+        tmp_path, "five", "self.conv = nn.Conv2d(3, 3, 3, padding=1)\nself.pool = nn.MaxPool2d(2)",
+        "return self.pool(self.conv(self.pool(self.conv(self.pool(x)))))", "[torch.randn(1, 3, 16, 16)]",
+    )  # fmt: skip
+    graph, why = recognize(load_spec(path))
+    assert graph is None and why.startswith("stage 4 of the pipeline (after max pool2d"), why
+    assert why.endswith("(and a pipeline has at most 4 stages)"), why
+
+
 def test_the_cpu_templates_say_they_do_not_generate_pipelines(graphs: dict[str, tuple[str, OpGraph]]) -> None:
     with pytest.raises(NotImplementedError, match="do not generate pipelines"):
         c_codegen.generate(graphs["conv2d-relu-maxpool"][1])
