@@ -140,9 +140,9 @@ def test_the_description_names_the_pooling(tmp_path: Path) -> None:
     [
         ("nn.MaxPool2d(3, stride=2, ceil_mode=True)", "self.pool(x)", "ceil_mode"),
         ("nn.MaxPool2d(2, return_indices=True)", "self.pool(x)[1].float()", "the pooling's indices is used"),
-        # A reduction after the pooling is a second stage, refused with its reason (test_tuner_stages
+        # A scan after the pooling is a second stage, refused with its reason (test_tuner_stages
         # covers the pipelines that are generated: compute before a pooling, a pooling of a pooling).
-        ("nn.MaxPool2d(2)", "self.pool(x).sum(dim=1)", "stage 2 of the pipeline (after max pool2d"),
+        ("nn.MaxPool2d(2)", "torch.cumsum(self.pool(x), dim=1)", "stage 2 of the pipeline (after max pool2d"),
     ],
 )
 def test_what_the_pool_template_cannot_generate_is_refused_with_the_reason(
