@@ -2,7 +2,7 @@
 
 `trace.py` builds it from the spec's reference (an aten-level trace, decomposed); the code
 generators (`triton_codegen.py` for CUDA, `c_codegen.py` for the CPU) turn it into a complete
-candidate file with declared tunables. Three patterns are recognized:
+candidate file with declared tunables. The patterns recognized:
 
 - `elementwise`: every op is elementwise over the output's shape; tensors are `full` (the output's
   shape), `col` (1-D, broadcast along the last dim), `row` (one value per row) or `scalar`.
