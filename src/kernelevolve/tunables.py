@@ -24,7 +24,9 @@ Triton 3.6 for sm_90 on a [ROWS, CHUNK] fp32 tile: 32 per thread compiled in 1.9
 512 in 8-9 s, 1024 in 40 s, 2048 in over 200 s (killed); in a GPU soak, ROWS 8 x CHUNK 8192 (or
 16384) at num_warps 1 timed out after 120 s in compilation. The limit does not apply without a
 TILE, without a num_warps in CONFIG, or where a value of the product is not an int (e.g. "auto": the
-forward sizes it per shape).
+forward sizes it per shape). A file of several kernels, each with its own knobs, prefixes them
+`s<k>_` (a generated pipeline's stages): each prefix's TILE knobs are one tile over its own
+`s<k>_num_warps`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import ast
 import functools
 import math
+import re
 from typing import Any
 
 from kernelevolve import pyast
@@ -135,14 +138,23 @@ def _declared_tile(source: str) -> tuple[str, ...] | None:
 def per_thread(config: Config, tile: tuple[str, ...] | None) -> float | None:
     """Elements per thread of `tile` at `config`: prod(config[k] for k in tile) / (32 *
     config["num_warps"]). None where the limit does not apply: no tile, no num_warps, or a value that
-    is not an int (e.g. "auto")."""
+    is not an int (e.g. "auto"). A file of several kernels (a generated pipeline's stages) prefixes each
+    kernel's knobs with `s<k>_`: each prefix's knobs are one tile over its own `s<k>_num_warps`, and the
+    largest applicable one counts."""
     if not tile:
         return None
-    values = [config.get(k) for k in tile] + [config.get("num_warps")]
-    ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
-    if len(ints) != len(values):
-        return None
-    return math.prod(ints[:-1]) / (WARP_SIZE * ints[-1])
+    groups: dict[str, list[str]] = {}
+    for key in tile:
+        stage = re.match(r"s\d+_", key)
+        groups.setdefault(stage.group(0) if stage else "", []).append(key)
+    worst = None
+    for prefix, keys in groups.items():
+        values = [config.get(k) for k in keys] + [config.get(prefix + "num_warps")]
+        ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+        if len(ints) == len(values):
+            n = math.prod(ints[:-1]) / (WARP_SIZE * ints[-1])
+            worst = n if worst is None else max(worst, n)
+    return worst
 
 
 def config_fits(config: Config, tile: tuple[str, ...] | None) -> bool:

@@ -2,7 +2,7 @@
 
 `trace.py` builds it from the spec's reference (an aten-level trace, decomposed); the code
 generators (`triton_codegen.py` for CUDA, `c_codegen.py` for the CPU) turn it into a complete
-candidate file with declared tunables. Three patterns are recognized:
+candidate file with declared tunables. The patterns recognized:
 
 - `elementwise`: every op is elementwise over the output's shape; tensors are `full` (the output's
   shape), `col` (1-D, broadcast along the last dim), `row` (one value per row) or `scalar`.
@@ -16,13 +16,20 @@ candidate file with declared tunables. Three patterns are recognized:
 - `pool`: a max or average pooling (1-, 2- or 3-d; stride, padding, dilation for max) of an input,
   followed by an elementwise epilogue on "acc" as for `conv` (`chan` is one value per channel).
 
+- `pipeline`: no template covers the whole graph, so it is cut into `stages` (`stages.py`), each an
+  OpGraph of one of the patterns above, run in order: stage k writes its one output to an
+  intermediate (fp32, contiguous, the traced shape) that later stages read as an extra forward
+  argument (`input:<n + j>`, named `_mid<j>`, n the reference's inputs). E.g. conv + epilogue, then
+  max pooling; matmul + bias, then softmax over the last dim. The pipeline's own `tensors` and `ops`
+  are empty; its `outputs`, `dtype`, `rows` and `cols` are the last stage's.
+
 Iteration space: the (first) output's shape; rows = prod(shape[:-1]), cols = shape[-1] (`pool` too).
 For `gemm`, rows = M (times batch), cols = N. For `conv`, the GEMM's: rows = batch x output positions, cols =
 output channels per group, inner = input channels per group x kernel positions, batch = groups.
 Every `full` tensor is made contiguous by the generated wrapper.
 
 Deliberately not here: anything the tuner cannot generate (gathers, reductions over other dims,
-pooling after other compute). `trace.recognize` returns None for those and the tuner seeds only from
+more than one intermediate per stage). `trace.recognize` returns None for those and the tuner seeds only from
 candidates that declare tunables.
 """
 
@@ -31,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Pattern = Literal["elementwise", "row", "gemm", "conv", "pool"]
+Pattern = Literal["elementwise", "row", "gemm", "conv", "pool", "pipeline"]
 Layout = Literal["full", "col", "row", "scalar", "chan"]  # chan: per output channel (dim 1), conv and pool
 
 # Elementwise ops and their arity. Constants may stand in for any argument.
@@ -139,6 +146,8 @@ class OpGraph:
     cols: dict[str, int] = field(default_factory=dict)
     inner: dict[str, int] = field(default_factory=dict)  # gemm: K per shape
     batch: dict[str, int] = field(default_factory=dict)  # gemm: batch per shape (1 if not batched)
+    # `pipeline`: the stages, run in order (each an OpGraph of another pattern); see the module's doc.
+    stages: list[OpGraph] = field(default_factory=list)
 
     def layout_of(self, name: str) -> Layout:
         """The layout of a tensor or op value: reductions give `row`; elementwise ops the widest of

@@ -4,13 +4,13 @@
 memory, no compute), with parameters passed explicitly through `torch.func.functional_call` and the
 core aten decompositions applied, so `softmax`, `layer_norm`, `rms_norm`, `gelu`, `silu`, `linear` and
 their neighbours arrive as a few aten ops; `aten_map.GraphMapper` maps each graph onto the IR
-(`ir.py`). Every shape must give the same graph; only the sizes (rows, cols, K, batch) differ, and
-they are filled per shape name. The reference's constructor becomes ModelNew's (`init_source`), so
+(`ir.py`), and where no one template covers it, `stages.map_graph` cuts it into a pipeline of
+templated stages (a convolution, then a pooling). Every shape must give the same graph (the same
+stages); only the sizes (rows, cols, K, batch) differ, and they are filled per shape name (per stage). The reference's constructor becomes ModelNew's (`init_source`), so
 the harness can copy the reference's weights into a generated candidate by name.
 
 Deliberately not here: anything the templates cannot generate. Gathers, reductions over other dims,
-integer or float64 data, outputs of different shapes, compute before a matmul, convolution or pooling,
-training specs (backward) and data-dependent control flow give `None` with the reason, and the tuner then
+integer or float64 data, outputs of different shapes, a stage that no template covers, training specs (backward) and data-dependent control flow give `None` with the reason, and the tuner then
 seeds only from candidates that declare tunables. Running the reference is the harness's business;
 this module only traces it on fake tensors (the spec file itself is imported: specs are trusted).
 """
@@ -27,8 +27,9 @@ from typing import Any
 
 from kernelevolve import pyast
 from kernelevolve.spec import ShapeSpec, Spec, call_get_init_inputs, call_get_inputs, import_spec_module
-from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported
+from kernelevolve.synth.tuner.aten_map import Unsupported
 from kernelevolve.synth.tuner.ir import OpGraph
+from kernelevolve.synth.tuner.stages import map_graph
 
 
 def recognize(spec: Spec) -> tuple[OpGraph | None, str]:
@@ -49,20 +50,24 @@ def recognize(spec: Spec) -> tuple[OpGraph | None, str]:
                     "(a constant or an op depends on the shape)"
                 )
             else:
-                for attr in ("rows", "cols", "inner", "batch"):
-                    getattr(graph, attr).update(getattr(g, attr))
+                for mine, theirs in zip([graph, *graph.stages], [g, *g.stages], strict=True):
+                    for attr in ("rows", "cols", "inner", "batch"):
+                        getattr(mine, attr).update(getattr(theirs, attr))
         assert graph is not None
         graph.init_source = _init_source(module)
     except Unsupported as exc:
         return None, str(exc)
     except Exception as exc:  # the tracer's own failures: data-dependent control flow, unknown ops
         return None, f"tracing the reference failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-    graph.description = _describe(graph)
+    for stage in graph.stages:
+        stage.description = describe(stage)
+    graph.description = describe(graph)
     return graph, graph.description
 
 
 def _structure(g: OpGraph) -> tuple[Any, ...]:
-    return (g.pattern, g.tensors, g.ops, g.outputs, g.dtype, g.gemm, g.conv, g.pool, g.forward_args)
+    stages = tuple(_structure(s) for s in g.stages)
+    return (g.pattern, g.tensors, g.ops, g.outputs, g.dtype, g.gemm, g.conv, g.pool, g.forward_args, stages)
 
 
 # --- tracing --------------------------------------------------------------------------------------
@@ -105,7 +110,7 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
 
     sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
     forward_args = _forward_args(module.Model, len(inputs))
-    return GraphMapper(gm, sources, forward_args).build(shape.name)
+    return map_graph(gm, sources, forward_args, shape.name)
 
 
 # Recurrent layers decompose into one cell per step and layer (level 3's 6-layer LSTM over 512 steps:
@@ -202,7 +207,10 @@ def _portable(name: str, value: Any) -> str:
     )
 
 
-def _describe(g: OpGraph) -> str:
+def describe(g: OpGraph) -> str:
+    """A graph's one-line summary, for humans and prompts (a pipeline's: its stages', in order)."""
+    if g.pattern == "pipeline":
+        return f"pipeline of {len(g.stages)} stages: " + "; then ".join(describe(s) for s in g.stages)
     names = ", ".join(op.op for op in g.ops)
     if g.pattern == "gemm" and g.gemm is not None:
         what = "batched matmul" if g.gemm.batched else "matmul"
@@ -226,4 +234,4 @@ def _describe(g: OpGraph) -> str:
     return f"elementwise chain: {names}"
 
 
-__all__ = ["Unsupported", "recognize"]
+__all__ = ["Unsupported", "describe", "recognize"]

@@ -22,6 +22,8 @@ Templates per pattern (`variants(graph)` lists them, the first is the default):
   second axis, bias and epilogue fused), see `triton_conv.py`.
 - pool: `triton-pool` (1-, 2- and 3-d max and average pooling, the window unrolled, epilogue fused),
   see `triton_pool.py`.
+- pipeline: each stage's templates composed into one file (`triton-conv+triton-pool`: stage by stage,
+  an intermediate between them), see `triton_stages.py`.
 
 Loop trip counts that depend on shapes are passed as constexprs: the Triton 3.6 interpreter (numpy 2)
 cannot loop to a run-time bound, and the compiled kernel is specialized per shape anyway.
@@ -38,7 +40,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from kernelevolve.synth.tuner import triton_conv, triton_gemm, triton_pool, triton_row
+from kernelevolve.synth.tuner import triton_conv, triton_gemm, triton_pool, triton_row, triton_stages
 from kernelevolve.synth.tuner.ir import Generated, OpGraph
 from kernelevolve.synth.tuner.triton_common import (
     HELPER_IMPORTS,
@@ -229,6 +231,8 @@ TEMPLATES: dict[str, tuple[str, Builder, Callable[[OpGraph], bool]]] = {
 
 def variants(graph: OpGraph) -> list[str]:
     """The template names that apply to `graph`, the default first."""
+    if graph.pattern == "pipeline":
+        return triton_stages.variants(graph)
     names = [
         name
         for name, (pattern, _, applies) in TEMPLATES.items()
@@ -249,6 +253,8 @@ def generate(
     must be one of its tunable's choices); `template` picks one of `variants(graph)`."""
     if precision not in PRECISIONS:
         raise CodegenError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if graph.pattern == "pipeline":
+        return triton_stages.generate(graph, config, precision, template)
     options = variants(graph)
     if not options:
         raise CodegenError(f"no Triton template for pattern {graph.pattern!r}")

@@ -1,0 +1,217 @@
+"""Split a traced graph that no single template covers into a pipeline of stages (`OpGraph.stages`).
+
+`map_graph` first maps the whole traced graph (`aten_map.GraphMapper`). Where that is refused, it
+looks for a cut: a value S (a float tensor computed in the graph) such that the graph's part that
+computes S (S and its ancestors: the *prefix*) is itself templated with S as its output, and the rest
+reads nothing of the prefix but S (and views of the inputs and parameters, which are copied into the
+rest). The rest then becomes a graph of its own, S one of its inputs (the intermediate, written by the
+prefix's kernel in fp32, contiguous, in the traced shape), and is mapped the same way, recursively:
+conv -> pool -> pool gives three stages. Cuts are tried latest first, so each stage fuses as much as
+its template can (a convolution keeps its whole elementwise epilogue up to the pooling).
+
+An intermediate reaches a later stage as an extra forward argument: stage k's graph reads it from
+`input:<n + j>` (n the reference's inputs, j the intermediate's number) named `_mid<j>`, so every
+template fetches it as it fetches an input. Where no cut gives templated stages, the refusal names the
+stage that is not templated and why (from the latest cut whose prefix is templated), e.g. "stage 2 of
+the pipeline (after conv2d (...)) is not templated: aten.native_group_norm is not templated".
+
+Deliberately not here: the stages' code (`triton_stages.py`), a stage that needs two intermediates (a
+residual around a pooling), and cuts inside a template's own op (a split-K GEMM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kernelevolve.synth.tuner.aten_map import (
+    _POOLS,
+    _TRANSPOSES,
+    _VIEWS,
+    FLOAT_DTYPES,
+    GraphMapper,
+    Unsupported,
+)
+from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
+
+# What maps one graph (`GraphMapper` or a factory with its signature that picks a mapper per graph).
+Mapper = Callable[[Any, list[str], list[str]], GraphMapper]
+MAX_STAGES = 4
+# Graph mappings tried per traced shape before giving up: each candidate cut maps its prefix once.
+_BUDGET = 400
+
+
+def map_graph(
+    gm: Any, sources: list[str], forward_args: list[str], shape_name: str, mapper: Mapper = GraphMapper
+) -> OpGraph:
+    """The traced graph as one OpGraph: a single template's, or a `pipeline` of stages, each graph
+    mapped by `mapper`. Raises `Unsupported` with the reason (the whole graph's, or the first stage
+    no template covers)."""
+    try:
+        return mapper(gm, sources, forward_args).build(shape_name)
+    except Unsupported as exc:
+        whole = exc
+    budget = [_BUDGET]
+    stages, why = _split(mapper, gm.graph, sources, forward_args, len(forward_args), shape_name, budget)
+    if stages is None:
+        raise Unsupported(why or str(whole)) from None
+    for k, stage in enumerate(stages):
+        if k < len(stages) - 1:
+            stage.dtype = "float32"  # an intermediate: stored in fp32, whatever the reference's dtype
+        stage.tensors = [_fp32_if_intermediate(t, len(forward_args)) for t in stage.tensors]
+    last = stages[-1]
+    return OpGraph(
+        pattern="pipeline",
+        tensors=[],
+        ops=[],
+        outputs=list(last.outputs),
+        dtype=last.dtype,
+        forward_args=list(forward_args),
+        stages=stages,
+        rows={shape_name: last.rows.get(shape_name, 0)},
+        cols={shape_name: last.cols.get(shape_name, 0)},
+    )
+
+
+def _split(
+    mapper: Mapper,
+    graph: Any,
+    sources: list[str],
+    args: list[str],
+    n_inputs: int,
+    shape_name: str,
+    budget: list[int],
+    depth: int = 0,
+) -> tuple[list[OpGraph] | None, str]:
+    """The stages of `graph` (its whole output), or None and why not. `args`: the forward arguments
+    a stage may read, the reference's and the intermediates so far."""
+    if depth + 1 >= MAX_STAGES:
+        return None, f"a pipeline has at most {MAX_STAGES} stages"
+    nodes = [n for n in graph.nodes if n.op == "call_function" and n.users]
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    out_node = next(n for n in graph.nodes if n.op == "output")
+    outputs = set(out_node.all_input_nodes)
+    ancestors: dict[Any, set[Any]] = {}
+    for n in nodes:  # topological order: each node's compute ancestors, itself included
+        ancestors[n] = {n}.union(*(ancestors[a] for a in n.all_input_nodes if a in ancestors))
+    free: set[Any] = set()  # views of inputs and parameters (and constants): copied where a stage needs them
+    for n in nodes:
+        if (_is_view(n) or not n.all_input_nodes) and all(
+            a in placeholders or a in free for a in n.all_input_nodes
+        ):
+            free.add(n)
+    mains = {n for n in nodes if _name(n) in _MAIN_OPS}  # a template has one at most: prune cuts
+    why = ""
+    for cut in reversed(nodes):
+        if budget[0] <= 0:
+            return None, why or "no cut into templated stages was found within the search budget"
+        if cut in outputs or not _float_tensor(cut) or cut in free:
+            continue
+        prefix = ancestors[cut]
+        if len(prefix & mains) > 1:
+            continue
+        rest = [n for n in nodes if n not in prefix]
+        borrowed = {a for n in rest for a in n.all_input_nodes if a in prefix and a is not cut}
+        if not rest or borrowed - free or outputs & prefix:
+            continue
+        budget[0] -= 1
+        try:
+            head = mapper(_graph(placeholders, [n for n in nodes if n in prefix], cut), sources, args).build(
+                shape_name
+            )
+        except Unsupported:
+            continue
+        j = len(args) - n_inputs
+        mid = f"_mid{j}"
+        copied = [n for n in nodes if n in free and any(n in ancestors[b] for b in borrowed)]
+        tail = _graph(placeholders, copied + rest, out_node.args[0], cut)
+        tail_sources, tail_args = [*sources, f"input:{len(args)}"], [*args, mid]
+        budget[0] -= 1
+        later: list[OpGraph] | None
+        try:
+            later = [mapper(tail, tail_sources, tail_args).build(shape_name)]
+        except Unsupported as exc:
+            later, sub = _split(
+                mapper, tail.graph, tail_sources, tail_args, n_inputs, shape_name, budget, depth + 1
+            )
+            if later is None:  # the deepest stage's reason, else this tail's own
+                limit = f" (and {sub})" if sub.startswith("a pipeline has at most") else ""
+                why = why or (
+                    sub
+                    if sub.startswith("stage ")
+                    else f"stage {depth + 2} of the pipeline (after {_what(head)}) is not templated: {exc}{limit}"
+                )
+                continue
+        return [head, *later], ""
+    return None, why
+
+
+_MAIN_OPS = {"convolution", "mm", "addmm", "bmm", *_POOLS}
+
+
+def _name(n: Any) -> str:
+    return str(getattr(n.target, "__name__", str(n.target))).split(".")[0]
+
+
+def _is_view(n: Any) -> bool:
+    return _name(n).removesuffix("_") in _VIEWS or _name(n) in _TRANSPOSES
+
+
+def _float_tensor(n: Any) -> bool:
+    val = n.meta.get("val")
+    return (
+        val is not None
+        and not isinstance(val, tuple | list)
+        and hasattr(val, "shape")
+        and len(val.shape) > 0
+        and str(val.dtype).removeprefix("torch.") in FLOAT_DTYPES
+    )
+
+
+class _Sub:
+    """A graph module's stand-in for GraphMapper (which reads `.graph` only)."""
+
+    def __init__(self, graph: Any):
+        self.graph = graph
+
+
+def _graph(placeholders: list[Any], body: list[Any], output: Any, mid: Any = None) -> _Sub:
+    """A new fx graph: every placeholder (so sources keep their positions), `mid` (a node of the
+    original) as one more placeholder if given, the `body` nodes copied in order, and `output`."""
+    import torch.fx as fx
+
+    g = fx.Graph()
+    env: dict[Any, Any] = {}
+    for p in placeholders:
+        env[p] = g.node_copy(p)
+    if mid is not None and output is not mid:
+        env[mid] = g.placeholder("mid")
+        env[mid].meta = dict(mid.meta)
+    for n in body:
+        if n is not mid or output is mid:
+            env[n] = g.node_copy(n, lambda a: env[a])
+
+    def remap(o: Any) -> Any:
+        if isinstance(o, list | tuple):
+            return type(o)(remap(x) for x in o)
+        return env[o] if isinstance(o, fx.Node) else o
+
+    g.output(remap(output))
+    return _Sub(g)
+
+
+def _fp32_if_intermediate(t: TensorArg, n_inputs: int) -> TensorArg:
+    """An intermediate (a forward argument past the reference's own) is read as the fp32 it is."""
+    kind, _, what = t.source.partition(":")
+    if kind == "input" and int(what) >= n_inputs:
+        return TensorArg(t.name, t.source, t.layout, "float32")
+    return t
+
+
+def _what(g: OpGraph) -> str:
+    from kernelevolve.synth.tuner.trace import describe
+
+    return describe(g)
+
+
+__all__ = ["MAX_STAGES", "map_graph"]

@@ -1,0 +1,129 @@
+"""Triton code for `pipeline` graphs: each stage's template, composed into one candidate file.
+
+Each stage (an `OpGraph` of another pattern, see `stages.py`) is built by its own template
+(`triton_codegen.TEMPLATES`) into `Parts`; the composition renames them apart:
+- the stage's kernels `_name` become `_s<k>_name` (where they are defined and launched);
+- its tunables `X` become `s<k>_X` in TUNABLES, CONFIG and TILE, and its forward reads
+  `CONFIG["s<k>_X"]` (the union is one flat, valid declaration; `tunables.per_thread` checks each
+  stage's tile against its own `s<k>_num_warps`);
+- its forward becomes a module-level function `_stage<k>(self, <forward args>, _mid0, ..)` that
+  returns the stage's output; ModelNew.forward calls them in order, each intermediate (fp32, as the
+  stage allocates it) passed to the later stages as the extra argument `_mid<j>` that their graphs read.
+Helpers (`_tanh`, `_sm_count`) are shared. The template of a pipeline is named after its stages'
+(`triton-conv+triton-pool`); `variants` offers the default of every stage first, then each stage's
+other templates one at a time.
+
+Not here: fusing two stages into one kernel (the intermediate makes one round trip through memory),
+running stages concurrently.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kernelevolve.synth.tuner.ir import Generated, OpGraph
+from kernelevolve.synth.tuner.triton_common import CodegenError, Parts, forward_args, jit_function
+from kernelevolve.tunables import TunablesError
+
+MAX_VARIANTS = 4
+SEPARATOR = "+"
+
+
+def _stage_variants(graph: OpGraph) -> list[list[str]]:
+    from kernelevolve.synth.tuner import triton_codegen
+
+    if graph.pattern != "pipeline" or not graph.stages:
+        raise CodegenError("a pipeline template given a graph without stages")
+    options = []
+    for k, stage in enumerate(graph.stages):
+        names = triton_codegen.variants(stage)
+        if not names:
+            raise CodegenError(f"stage {k + 1} ({stage.pattern}) has no Triton template")
+        options.append(names)
+    return options
+
+
+def variants(graph: OpGraph) -> list[str]:
+    """The pipeline's templates: every stage's default, then each stage's others, one at a time."""
+    options = _stage_variants(graph)
+    default = [names[0] for names in options]
+    out = [SEPARATOR.join(default)]
+    for k, names in enumerate(options):
+        for other in names[1:]:
+            out.append(SEPARATOR.join([*default[:k], other, *default[k + 1 :]]))
+    return out[:MAX_VARIANTS]
+
+
+def generate(
+    graph: OpGraph, config: dict[str, Any] | None, precision: str, template: str | None
+) -> Generated:
+    from kernelevolve.synth.tuner import triton_codegen
+
+    options = variants(graph)
+    name = template or options[0]
+    if name not in options:
+        raise CodegenError(
+            f"template {name!r} does not apply to this pipeline; choose one of {', '.join(options)}"
+        )
+    parts = compose(graph, name.split(SEPARATOR), precision)
+    chosen = dict(parts.defaults)
+    for key, value in (config or {}).items():
+        if key not in parts.tunables:
+            raise TunablesError(f"{name} has no tunable {key!r}; its tunables: {', '.join(parts.tunables)}")
+        if value not in parts.tunables[key]:
+            raise TunablesError(f"{key} = {value!r} is not one of {parts.tunables[key]}")
+        chosen[key] = value
+    source = triton_codegen._assemble(graph, name, parts, chosen)
+    return Generated(source=source, template=name, tunables=parts.tunables, config=chosen)
+
+
+def compose(graph: OpGraph, templates: list[str], precision: str) -> Parts:
+    """One file's Parts from each stage's template `templates[k]`, renamed apart."""
+    from kernelevolve.synth.tuner import triton_codegen
+
+    kernels: list[str] = []
+    functions: list[str] = []
+    tunables: dict[str, list[int | str]] = {}
+    defaults: dict[str, int | str] = {}
+    helpers: set[str] = set()
+    tile: list[str] = []
+    reference_args = forward_args(graph)
+    calls = []
+    for k, (stage, template) in enumerate(zip(graph.stages, templates, strict=True)):
+        if template not in triton_codegen.variants(stage):
+            raise CodegenError(f"template {template!r} does not apply to stage {k + 1} ({stage.pattern})")
+        parts = triton_codegen.TEMPLATES[template][1](stage, precision)
+        prefix = f"s{k}_"
+        renamed = {}
+        for source in parts.kernels:
+            found = re.search(r"^def (\w+)\(", source, re.M)
+            if found is None:
+                raise CodegenError(f"a kernel of {template} has no name")
+            renamed[found.group(1)] = f"_s{k}{found.group(1)}"
+
+        def rename(text: str, renamed: dict[str, str] = renamed, prefix: str = prefix) -> str:
+            for old, new in renamed.items():
+                text = re.sub(rf"\b{re.escape(old)}\b", new, text)
+            return re.sub(r'CONFIG\["(\w+)"\]', rf'CONFIG["{prefix}\1"]', text)
+
+        kernels += [rename(source) for source in parts.kernels]
+        args = forward_args(stage)
+        if args[: len(reference_args)] != reference_args:
+            raise CodegenError(f"stage {k + 1} reads forward arguments {args}, not the reference's first")
+        functions.append(_function(f"_stage{k}", ["self", *args], [rename(line) for line in parts.forward]))
+        result = "return " if k == len(graph.stages) - 1 else f"_mid{k} = "
+        calls.append(f"{result}_stage{k}({', '.join(['self', *args])})")
+        tunables.update({prefix + key: list(choices) for key, choices in parts.tunables.items()})
+        defaults.update({prefix + key: value for key, value in parts.defaults.items()})
+        helpers |= parts.helpers
+        tile += [prefix + key for key in parts.tile]
+    return Parts(kernels + functions, calls, tunables, defaults, helpers, tile=tuple(tile))
+
+
+def _function(name: str, params: list[str], body: list[str]) -> str:
+    text = jit_function(name, params, body)
+    return text.removeprefix("@triton.jit\n")
+
+
+__all__ = ["SEPARATOR", "compose", "generate", "variants"]
