@@ -27,7 +27,8 @@ from typing import Any
 
 from kernelevolve import pyast
 from kernelevolve.spec import ShapeSpec, Spec, call_get_init_inputs, call_get_inputs, import_spec_module
-from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported
+from kernelevolve.synth.tuner.aten_map import Unsupported
+from kernelevolve.synth.tuner.aten_reduce import mapper_for
 from kernelevolve.synth.tuner.ir import OpGraph
 
 
@@ -62,7 +63,7 @@ def recognize(spec: Spec) -> tuple[OpGraph | None, str]:
 
 
 def _structure(g: OpGraph) -> tuple[Any, ...]:
-    return (g.pattern, g.tensors, g.ops, g.outputs, g.dtype, g.gemm, g.conv, g.pool, g.forward_args)
+    return (g.pattern, g.tensors, g.ops, g.outputs, g.dtype, g.gemm, g.conv, g.pool, g.reduce, g.forward_args)
 
 
 # --- tracing --------------------------------------------------------------------------------------
@@ -105,7 +106,7 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
 
     sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
     forward_args = _forward_args(module.Model, len(inputs))
-    return GraphMapper(gm, sources, forward_args).build(shape.name)
+    return mapper_for(gm, sources, forward_args).build(shape.name)
 
 
 # Recurrent layers decompose into one cell per step and layer (level 3's 6-layer LSTM over 512 steps:
