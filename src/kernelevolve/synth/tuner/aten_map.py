@@ -105,7 +105,9 @@ class GraphMapper:
     # The layouts an output may have (`aten_reduce` adds one value per row).
     output_layouts: tuple[str, ...] = ("full",)
 
-    def __init__(self, gm: Any, sources: list[str], forward_args: list[str], domain: tuple[int, ...] | None = None):
+    def __init__(
+        self, gm: Any, sources: list[str], forward_args: list[str], domain: tuple[int, ...] | None = None
+    ):
         """`domain`: the iteration space's shape where it is not the output's (`aten_reduce`)."""
         self.gm = gm
         self.sources = sources

@@ -41,7 +41,16 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported, _channel, _NoValue, _numel, _pad, _shape, _Val
+from kernelevolve.synth.tuner.aten_map import (
+    GraphMapper,
+    Unsupported,
+    _channel,
+    _NoValue,
+    _numel,
+    _pad,
+    _shape,
+    _Val,
+)
 from kernelevolve.synth.tuner.ir import OpGraph, ReduceInfo
 
 _PLAIN = {"sum", "mean", "amax", "amin", "var", "var_mean", "_softmax", "_log_softmax", "logsumexp"}
@@ -142,10 +151,11 @@ def mapper_for(gm: Any, sources: list[str], forward_args: list[str]) -> GraphMap
         return GraphMapper(gm, sources, forward_args)
     main = next((n for n in nodes if _name(n) in _MAIN_OPS), None)
     if main is not None:
-        what = "matmul" if _name(main) in ("mm", "addmm", "bmm") else _name(main).split("_")[0]
+        m = _name(main)
+        what = "matmul" if m in ("mm", "addmm", "bmm") else "convolution" if m == "convolution" else "pooling"
         raise Unsupported(
-            f"aten.{_name(found[0][0])} with a {what} in the graph is not templated: only an elementwise "
-            "epilogue follows a matmul, convolution or pooling, and a reduction is templated of the graph's inputs"
+            f"aten.{_name(found[0][0])} with a {what} in the graph: only an elementwise epilogue is templated "
+            f"after a {what}, and reductions are templated of the graph's inputs"
         )
     d, dims, groups = found[0][1]
     return ReduceMapper(gm, sources, forward_args, d, dims, groups)
@@ -174,9 +184,7 @@ class ReduceMapper(GraphMapper):
         if groups > 1 and (n < 2 or domain[1] % groups):
             raise Unsupported(f"group norm of {groups} groups over {list(domain)} is not templated")
         # The split dims: D's, with dim 1 viewed as (groups, C / groups) for a group norm.
-        self.split = (
-            (domain[0], groups, domain[1] // groups, *domain[2:]) if groups > 1 else tuple(domain)
-        )
+        self.split = (domain[0], groups, domain[1] // groups, *domain[2:]) if groups > 1 else tuple(domain)
         self.reduced = tuple(sorted(s for d in dims for s in self.of_dim(d) if not (groups > 1 and s == 1)))
         kept = [s for s in range(len(self.split)) if s not in self.reduced]
         self.rows = _numel(tuple(self.split[s] for s in kept))
@@ -219,7 +227,9 @@ class ReduceMapper(GraphMapper):
 
     def note(self, name: str, present: tuple[int, ...]) -> None:
         if self.present.setdefault(name, present) != present:
-            raise Unsupported(f"{self.leaf_source[name][0]} is read both per channel and broadcast as torch has it")
+            raise Unsupported(
+                f"{self.leaf_source[name][0]} is read both per channel and broadcast as torch has it"
+            )
 
     def read(self, v: Any) -> _Val:
         if isinstance(v, _Val) and v.leaf is not None and not v.transposed:
@@ -287,9 +297,7 @@ class ReduceMapper(GraphMapper):
 
     # -- reductions --------------------------------------------------------------------------------
 
-    def reduce(
-        self, op: str, x: Any, dims: Any, keepdim: bool, shape: tuple[int, ...] | None = None
-    ) -> _Val:
+    def reduce(self, op: str, x: Any, dims: Any, keepdim: bool, shape: tuple[int, ...] | None = None) -> _Val:
         v = self.read(x)
         if self.gemm is not None or self.conv is not None or self.pool is not None:
             main = "matmul" if self.gemm else "convolution" if self.conv else "pooling"
@@ -368,7 +376,9 @@ class ReduceMapper(GraphMapper):
     def group_norm(self, a: dict[str, Any]) -> tuple[Any, ...]:
         if int(a.get("group", 1)) != self.groups or self.dims != tuple(range(1, len(self.o))):
             raise Unsupported("a group norm and a reduction over other dims in one graph are not templated")
-        y = self.normalize(a["input"], float(a["eps"]), self.channel(a.get("weight")), self.channel(a.get("bias")))
+        y = self.normalize(
+            a["input"], float(a["eps"]), self.channel(a.get("weight")), self.channel(a.get("bias"))
+        )
         return (y, _NoValue("group norm's mean"), _NoValue("group norm's rstd"))
 
     def batch_norm(self, node: Any, a: dict[str, Any]) -> tuple[Any, ...]:
@@ -382,7 +392,9 @@ class ReduceMapper(GraphMapper):
             if any(a.get(k) is not None for k in ("weight", "bias", "running_mean", "running_var")):
                 raise Unsupported("instance norm with an affine or running statistics is not templated")
             x = replace(x, shape=self.o)
-        expected = tuple(range(2, len(self.o))) if instance else tuple(i for i in range(len(self.o)) if i != 1)
+        expected = (
+            tuple(range(2, len(self.o))) if instance else tuple(i for i in range(len(self.o)) if i != 1)
+        )
         if self.dims != expected or self.groups > 1:
             raise Unsupported("a batch norm and a reduction over other dims in one graph are not templated")
         eps = float(a["eps"])
@@ -410,7 +422,9 @@ class ReduceMapper(GraphMapper):
         if math.isinf(p):
             return self.reduce("amax" if p > 0 else "amin", self.elementwise("abs", [x], self.o), dims, keep)
         if p == 2:
-            return self.elementwise("sqrt", [self.reduce("sum", self.elementwise("square", [x], self.o), dims, keep)], shape)
+            return self.elementwise(
+                "sqrt", [self.reduce("sum", self.elementwise("square", [x], self.o), dims, keep)], shape
+            )
         if p == 1:
             return self.reduce("sum", self.elementwise("abs", [x], self.o), dims, keep)
         powered = self.elementwise("pow", [self.elementwise("abs", [x], self.o), float(p)], self.o)
@@ -455,7 +469,9 @@ class ReduceMapper(GraphMapper):
         out_shape: tuple[int, ...] | None = None
         if layouts <= {"full", "col"}:
             if _shape(self.out_nodes[0]) != self.o:
-                raise Unsupported(f"an output of shape {list(_shape(self.out_nodes[0]))}, not the reduced value's")
+                raise Unsupported(
+                    f"an output of shape {list(_shape(self.out_nodes[0]))}, not the reduced value's"
+                )
         elif layouts != {"row"} or self.groups > 1:
             raise Unsupported("outputs that are neither all of the reduced shape nor all reduced")
         else:
@@ -498,7 +514,8 @@ def _buffer_updates(gm: Any, sources: list[str]) -> set[Any]:
         if node.op != "call_function" or not node.users:
             continue
         if all(
-            u in skipped or (_name(u).startswith("copy") and u.args and u.args[0] in buffers and u.args[0] is not node)
+            u in skipped
+            or (_name(u).startswith("copy") and u.args and u.args[0] in buffers and u.args[0] is not node)
             for u in node.users
         ):
             skipped.add(node)

@@ -222,6 +222,11 @@ def _describe(g: OpGraph) -> str:
         epi = f", epilogue: {names}" if names else ""
         return (f"{q.kind} pool{q.x_dims}d (kernel {list(q.kernel)}, stride {list(q.stride)}, "
                 f"padding {list(q.padding)}{dilation}){epi}")  # fmt: skip
+    if g.pattern == "row" and g.reduce is not None:
+        r = g.reduce
+        dims = sorted({d - (1 if r.groups > 1 and d >= 2 else 0) for d in r.reduced})
+        groups = f", its channels in {r.groups} groups" if r.groups > 1 else ""
+        return f"row reduction over dims {dims} of a {r.rank}-d value{groups}: {names}"
     if g.pattern == "row":
         return f"row reduction over the last dim: {names}"
     return f"elementwise chain: {names}"
