@@ -73,6 +73,24 @@ REFERENCES = {
     "l2norm-last": ("pass", "x / torch.norm(x, p=2, dim=1, keepdim=True)", "[torch.randn(5, 700)]", False),
     "frobenius": ("pass", "x / torch.norm(x, p='fro')", "[torch.randn(3, 8, 30)]", False),
     "mse-loss": ("pass", "torch.mean((x - y) ** 2)", "[torch.randn(7, 100), torch.randn(7, 100)]", False),
+    # What a later stage of a pipeline sees: the reduced value computed from a plain input.
+    "groupnorm-after-ops": (
+        "self.gn = nn.GroupNorm(8, 64)\nself.bias = nn.Parameter(torch.randn(64))\n"
+        "nn.init.uniform_(self.gn.weight, 0.5, 1.5)",
+        "torch.nn.functional.hardtanh(self.gn(x * torch.sigmoid(x) + self.bias))", "[torch.randn(10, 64)]", True,
+    ),
+    "batchnorm-after-ops": (
+        "self.bn = nn.BatchNorm1d(64)\nself.scale = nn.Parameter(torch.randn(64))",
+        "F.gelu(self.bn(x * self.scale))", "[torch.randn(33, 64)]", True,
+    ),
+    "instancenorm-after-ops": (
+        "self.norm = nn.InstanceNorm3d(4)", "torch.clamp(self.norm(x * 2.0), -1.0, 1.0)",
+        "[torch.randn(2, 4, 3, 5, 6)]", False,
+    ),
+    "softmax-dim1-epilogue": (
+        "self.bias = nn.Parameter(torch.randn(6, 1, 1))",
+        "torch.sigmoid((torch.softmax(x, dim=1) + self.bias) * 2.0)", "[torch.randn(2, 6, 7, 9)]", True,
+    ),
 }  # fmt: skip
 SMALL = {"ROWS": 2}
 LOOPED = {"CHUNK": 512, "ROWS": 2}

@@ -291,7 +291,10 @@ class ReduceMapper(GraphMapper):
                 raise Unsupported(f"reshaping a reduced value to {list(shape)} is not templated")
             canonical = _pad(shape, len(self.o)) == self.keep_shape and len(shape) <= len(self.o)
             return replace(x, shape=shape, layout="row" if canonical else "rowsq")
-        if isinstance(x, _Val) and x.leaf is None and x.layout == "full" and shape != self.o:
+        if isinstance(x, _Val) and x.leaf is None and x.layout in ("full", "col") and shape != self.o:
+            fold = (1, _numel(self.o[:2]), *self.o[2:])
+            if shape == fold and self.dims == tuple(range(2, len(self.o))):  # instance norm's view
+                return replace(x, shape=shape)  # only batch norm reads it: it broadcasts to nothing else
             raise Unsupported(f"reshaping a value of shape {list(x.shape)} to {list(shape)} is not templated")
         return super().view(x, shape)
 
@@ -387,8 +390,8 @@ class ReduceMapper(GraphMapper):
             raise Unsupported("batch norm of a 1-d value is not templated")
         instance = _instance_base(node.args[0]) is not None
         if instance:
-            if not (isinstance(x, _Val) and x.leaf is not None):
-                raise Unsupported("instance norm is templated of an input (no compute before it)")
+            if not isinstance(x, _Val):
+                raise Unsupported("instance norm of a constant is not templated")
             if any(a.get(k) is not None for k in ("weight", "bias", "running_mean", "running_var")):
                 raise Unsupported("instance norm with an affine or running statistics is not templated")
             x = replace(x, shape=self.o)

@@ -3,12 +3,13 @@
 `recognize(spec)` traces the reference once per spec shape with `make_fx` on the meta device (no
 memory, no compute), with parameters passed explicitly through `torch.func.functional_call` and the
 core aten decompositions applied, so `softmax`, `layer_norm`, `rms_norm`, `gelu`, `silu`, `linear` and
-their neighbours arrive as a few aten ops; `aten_map.GraphMapper` maps each graph onto the IR
-(`ir.py`). Every shape must give the same graph; only the sizes (rows, cols, K, batch) differ, and
+their neighbours arrive as a few aten ops; `aten_map.GraphMapper` (or `aten_reduce.ReduceMapper`,
+for reductions over other dims than the output's last) maps each graph onto the IR (`ir.py`).
+Every shape must give the same graph; only the sizes (rows, cols, K, batch) differ, and
 they are filled per shape name. The reference's constructor becomes ModelNew's (`init_source`), so
 the harness can copy the reference's weights into a generated candidate by name.
 
-Deliberately not here: anything the templates cannot generate. Gathers, reductions over other dims,
+Deliberately not here: anything the templates cannot generate. Gathers, reductions over two sets of dims,
 integer or float64 data, outputs of different shapes, compute before a matmul, convolution or pooling,
 training specs (backward) and data-dependent control flow give `None` with the reason, and the tuner then
 seeds only from candidates that declare tunables. Running the reference is the harness's business;

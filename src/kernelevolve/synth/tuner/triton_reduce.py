@@ -11,8 +11,9 @@ path (offsets `r * cols + c`, `c`, `r`) unchanged. Otherwise the kernel receives
 sizes (`s0`, `s1`, ...), splits its row index r into the kept dims' indices (`k<i>`) and its column
 index c into the reduced dims' (`j<i>`) by division and remainder, and each tensor's offset is the
 sum of those indices times its strides, products of the sizes of the later dims it varies along
-(every tensor is contiguous; a broadcast dim has stride 0). Full outputs are D-shaped and
-contiguous; outputs of one value per row are stored at r.
+(every tensor is contiguous; a broadcast dim has stride 0), or `r * cols + c`, `r` or `c` where
+the sum comes to that (group norm's input: kept (n, group), then reduced). Full outputs are D-shaped
+and contiguous; outputs of one value per row are stored at r.
 
 Not here: choosing the dims (`aten_reduce.py`) or the kernels' loops (`triton_row.py`).
 """
@@ -42,6 +43,13 @@ class IndexPlan:
         if not self.general:
             return _PLAIN_OFFSETS[layout]
         dims = set(range(len(self.sizes))) if name is None else self.present[name]
+        kept, reduced = set(self.kept), set(self.reduced)
+        if dims == kept | reduced and (not kept or not reduced or max(kept) < min(reduced)):
+            return "r * cols + c"  # row-major over the kept dims, then the reduced ones
+        if dims and dims == kept:
+            return "r"
+        if dims and dims == reduced:
+            return "c"
         terms = []
         for d in sorted(dims):
             index = f"k{d}" if d in self.kept else f"j{d}"
@@ -70,7 +78,10 @@ def _split(index: str, dims: list[int]) -> list[str]:
     lines = []
     for i, d in enumerate(dims):
         later = dims[i + 1 :]
-        expr = f"({index} // ({' * '.join(f's{e}' for e in later)}))" if later else index
+        divisor = " * ".join(f"s{e}" for e in later)
+        expr = (
+            (f"({index} // ({divisor}))" if len(later) > 1 else f"({index} // {divisor})") if later else index
+        )
         lines.append(f"{var}{d} = {expr} % s{d}" if i > 0 else f"{var}{d} = {expr}")
     return lines
 

@@ -14,6 +14,9 @@ Two templates, each a [ROWS, width] tile per program:
   exp(g - amax(g)) (softmax, log-softmax) shares its max's pass by online rescaling, so softmax reads
   the input twice, not three times. Number of chunks is a constexpr (see triton_codegen).
 
+Reductions over other dims than the last (`graph.reduce`) take the same two templates; only the
+offsets, the wrapper's sizes and the stores of outputs of one value per row differ (`triton_reduce`).
+
 Not here: split-row schedules for a few very long rows (one program per ROWS rows may leave SMs idle),
 Welford-style fusion of mean and variance (layer norm takes three passes when looped).
 """
