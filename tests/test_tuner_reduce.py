@@ -91,6 +91,11 @@ REFERENCES = {
         "self.bias = nn.Parameter(torch.randn(6, 1, 1))",
         "torch.sigmoid((torch.softmax(x, dim=1) + self.bias) * 2.0)", "[torch.randn(2, 6, 7, 9)]", True,
     ),
+    "softmax-sub-max-dim1": (
+        "self.sub = nn.Parameter(torch.randn(6))",
+        "torch.max(F.silu(torch.softmax(x, dim=1) - self.sub.view(1, -1, 1, 1)), dim=1)[0]",
+        "[torch.randn(2, 6, 7, 9)]", True,
+    ),
 }  # fmt: skip
 SMALL = {"ROWS": 2}
 LOOPED = {"CHUNK": 512, "ROWS": 2}

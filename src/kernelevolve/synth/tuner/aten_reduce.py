@@ -232,17 +232,22 @@ class ReduceMapper(GraphMapper):
             )
 
     def read(self, v: Any) -> _Val:
+        """As `GraphMapper.read`; a tensor viewed with unit dims inserted or removed (a [C] parameter
+        viewed as [1, C, 1, 1]) is placed by the view's shape: its memory is the same."""
         if isinstance(v, _Val) and v.leaf is not None and not v.transposed:
-            source, base, _ = self.leaf_source[v.leaf]
-            present = self.presence(base)
+            source, base, dtype = self.leaf_source[v.leaf]
+            squeezed = [d for d in v.shape if d != 1] == [d for d in base if d != 1]
+            shape = v.shape if squeezed and len(v.shape) <= len(self.o) else base
+            present = self.presence(shape)
             if present is None:
                 raise Unsupported(
                     f"{source} has shape {list(base)}, which does not broadcast to the reduced value's "
                     f"{list(self.o)}"
                 )
-            out = super().read(v)
+            layout = self.layout_for(present)
+            self.register(v.leaf, source, layout, dtype)
             self.note(v.leaf, present)
-            return out
+            return replace(v, ref=v.leaf, layout=layout, leaf=None)
         return super().read(v)
 
     def channel(self, v: Any) -> _Val | None:
