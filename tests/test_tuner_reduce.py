@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -219,3 +220,41 @@ def test_the_cpu_templates_say_they_do_not_reduce_over_other_dims(tmp_path: Path
     assert graph is not None, why
     with pytest.raises(NotImplementedError, match="not over other dims"):
         c_codegen.generate(graph)
+
+
+@pytest.mark.gpu
+def test_generated_reductions_on_cuda_at_larger_sizes(tmp_path: Path) -> None:
+    """Compiled on a GPU, each reference's kernels (both templates) with the batch dim 16 times
+    larger, against the reference in float64."""
+    import torch
+
+    for name, (init, expr, inputs, _) in REFERENCES.items():
+        path = _spec(tmp_path, name, init, expr, inputs)
+        graph, why = recognize(load_spec(path))
+        assert graph is not None, why
+        mods = [_load(path, f"{path.stem}_ref")]
+        ref = mods[0].Model().cuda().double()
+        torch.manual_seed(0)
+        xs = [x.repeat(16, *[1] * (x.dim() - 1)).cuda() for x in mods[0].get_inputs()]
+        with torch.no_grad():
+            want = ref(*[x.double() for x in xs])
+        for template in variants(graph):
+            cand = tmp_path / f"{path.stem}_{template.replace('-', '_')}.py"
+            cand.write_text(generate(graph, template=template).source)
+            new = _load(cand, cand.stem).ModelNew().cuda()
+            new.load_state_dict(
+                {k: v.float() if v.is_floating_point() else v for k, v in ref.state_dict().items()}
+            )
+            with torch.no_grad():
+                got = new(*xs)
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5, msg=f"{name} {template}")
+
+
+def _load(path: Path, name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
