@@ -98,6 +98,9 @@ REFERENCES = {
         "[torch.randn(2, 6, 7, 9)]", True,
     ),
 }  # fmt: skip
+# Where memory runs along the rows, the looped template offers narrow chunks and tall tiles.
+TALL = ["sum-middle", "mean-middle", "amax-middle", "amin-middle-keepdim", "centered-middle", "var-middle",
+        "softmax-dim1", "rmsnorm-dim1", "l2norm-dim1", "softmax-dim1-epilogue", "softmax-sub-max-dim1"]  # fmt: skip
 SMALL = {"ROWS": 2}
 LOOPED = {"CHUNK": 512, "ROWS": 2}
 
@@ -142,6 +145,9 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
             str(path),
             generate(graph, template="triton-row-looped", config=LOOPED).source,
         )
+        if name in TALL:  # several narrow chunks per row
+            tall = generate(graph, template="triton-row-looped", config={"CHUNK": 16, "ROWS": 8})
+            out[f"{name}@tall"] = (str(path), tall.source)
     return out
 
 
@@ -153,6 +159,7 @@ def interpreted(
 
 
 CASES = [f"{name}{how}" for name in REFERENCES for how in ("", "@small", "@looped")]
+CASES += [f"{name}@tall" for name in TALL]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -57,6 +57,11 @@ class IndexPlan:
             terms.append(" * ".join([index, *later]))
         return " + ".join(terms) if terms else "0"
 
+    def inner_kept(self) -> bool:
+        """Whether the innermost dim (contiguous in memory) is a kept one: neighbouring rows are
+        neighbours in memory, and a row's elements are strided."""
+        return self.general and bool(self.kept) and self.kept[-1] == len(self.sizes) - 1
+
     def row_lines(self) -> list[str]:
         return _split("r", self.kept) if self.general else []
 

@@ -131,14 +131,24 @@ def build(graph: OpGraph, precision: str, looped: bool) -> Parts:
         ")",
         f"return {outputs_tuple(graph)}",
     ]
-    tunables, defaults = _knobs(graph, looped)
+    tunables, defaults = _knobs(graph, looped, idx)
     # The single-pass tile is ROWS x next_power_of_2(cols), sized per shape in the forward: no TILE.
     tile = ("ROWS", "CHUNK") if looped else ()
     return Parts([kernel], fwd, tunables, defaults, helpers_for(ops), tile=tile)
 
 
-def _knobs(graph: OpGraph, looped: bool) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
+def _knobs(
+    graph: OpGraph, looped: bool, idx: triton_reduce.IndexPlan
+) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
     cols = pow2_at_least(max(graph.cols.values(), default=1024))
+    if looped and idx.inner_kept():
+        # Memory runs along the rows (a sum over dim 1 of [B, C, S]): tall, narrow tiles read
+        # neighbouring rows together. Not yet measured on a GPU: the tuner searches the range.
+        return (
+            {"CHUNK": [16, 32, 64, 128, 256, 512, 1024, 2048], "ROWS": [1, 2, 4, 8, 16, 32, 64, 128, 256],
+             "num_warps": list(_WARPS)},
+            {"CHUNK": pick([16, 32, 64], cols), "ROWS": 32, "num_warps": 4},
+        )  # fmt: skip
     if looped:
         chunk = pick([1024, 2048, 4096], cols)
         return (
