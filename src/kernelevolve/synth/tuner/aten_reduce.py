@@ -310,7 +310,6 @@ class ReduceMapper(GraphMapper):
         if self.gemm is not None or self.conv is not None or self.pool is not None:
             main = "matmul" if self.gemm else "convolution" if self.conv else "pooling"
             raise Unsupported(f"a reduction after a {main} is not templated")
-        n = len(self.o)
         got = _dims(dims, len(v.shape))
         if v.layout not in ("full", "col") or v.shape != self.o:
             raise Unsupported(
@@ -323,9 +322,10 @@ class ReduceMapper(GraphMapper):
                 + (" (group norm's)" if self.groups > 1 else "")
                 + ": reductions over different dims in one graph are not templated"
             )
-        return self.reduced_value(op, v, keepdim, n)
+        return self.reduced_value(op, v, keepdim)
 
-    def reduced_value(self, op: str, v: _Val, keepdim: bool, n: int | None = None) -> _Val:
+    def reduced_value(self, op: str, v: _Val, keepdim: bool) -> _Val:
+        """`op` of `v` over this graph's dims: a `row` value, or `rowsq` (squeezed, not broadcastable)."""
         shape = self.keep_shape if keepdim else tuple(d for i, d in enumerate(self.o) if i not in self.dims)
         layout = "row" if keepdim or _pad(shape, len(self.o)) == self.keep_shape else "rowsq"
         return _Val(self.new(op, (v.ref,)), layout, shape)
