@@ -102,7 +102,13 @@ _FOLD: dict[str, Callable[..., Any]] = {
 class GraphMapper:
     """Walks one traced graph and builds the OpGraph (sizes for that one shape)."""
 
-    def __init__(self, gm: Any, sources: list[str], forward_args: list[str]):
+    # The layouts an output may have (`aten_reduce` adds one value per row).
+    output_layouts: tuple[str, ...] = ("full",)
+
+    def __init__(
+        self, gm: Any, sources: list[str], forward_args: list[str], domain: tuple[int, ...] | None = None
+    ):
+        """`domain`: the iteration space's shape where it is not the output's (`aten_reduce`)."""
         self.gm = gm
         self.sources = sources
         self.forward_args = forward_args
@@ -111,10 +117,10 @@ class GraphMapper:
         if not outs or any(getattr(o, "meta", {}).get("val") is None for o in outs):
             raise Unsupported("the reference returns no tensor")
         self.out_nodes = list(outs)
-        self.o = _shape(outs[0])
+        self.o = domain if domain is not None else _shape(outs[0])
         if not self.o or self.o[-1] < 1:
             raise Unsupported(f"the output has shape {list(self.o)}; the templates need at least one dim")
-        if any(_shape(o) != self.o for o in outs):
+        if any(_shape(o) != _shape(outs[0]) for o in outs):
             shapes = ", ".join(str(list(_shape(o))) for o in outs)
             raise Unsupported(f"outputs of different shapes ({shapes}) are not templated")
         self.dtype = _dtype(outs[0])
@@ -286,7 +292,7 @@ class GraphMapper:
         outputs = []
         for o in self.out_nodes:
             v = self.read(self.env[o])
-            if not isinstance(v.ref, str) or v.ref in self.tensors or v.layout != "full":
+            if not isinstance(v.ref, str) or v.ref in self.tensors or v.layout not in self.output_layouts:
                 raise Unsupported("an output that is an input or a broadcast value is not templated")
             outputs.append(v.ref)
         pattern = (

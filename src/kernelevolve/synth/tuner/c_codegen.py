@@ -66,6 +66,10 @@ def generate(graph: OpGraph, config: dict | None = None, precision: str = "stric
         raise NotImplementedError(
             "the CPU templates do not generate pipelines of stages (a main op, then more work: issue J)"
         )
+    if graph.reduce is not None:
+        raise NotImplementedError(
+            "the CPU templates reduce over the last dim only, not over other dims (yet: issue J)"
+        )
     if graph.dtype != "float32" or any(t.dtype != "float32" for t in graph.tensors):
         raise NotImplementedError("the CPU templates compute fp32 tensors only")
     if precision not in ("strict_fp32", "tf32", "low"):

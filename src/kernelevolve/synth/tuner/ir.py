@@ -8,6 +8,11 @@ candidate file with declared tunables. The patterns recognized:
   shape), `col` (1-D, broadcast along the last dim), `row` (one value per row) or `scalar`.
 - `row`: elementwise ops plus reductions over the last dim (keepdim), whose results have the `row`
   layout and broadcast back: softmax, log-softmax, layer and RMS norms, and their fused neighbours.
+  With `reduce` (a `ReduceInfo`, see `aten_reduce.py`), reductions over any dims of a value of
+  shape D (a middle dim, several trailing dims, all dims, the batch and spatial dims per channel, or
+  grouped channels with dim 1 viewed as (groups, C / groups)): rows enumerate the kept dims and
+  cols the reduced ones (row-major each); every tensor read varies along some of those dims
+  (`present`); outputs are D-shaped (`full`) or one value per row (`row`, `out_shape`).
 - `gemm`: a matrix product (`acc = a @ b`, optionally batched, optionally plus a bias) followed by an
   elementwise epilogue whose ops read the accumulator by the value name "acc".
 - `conv`: a convolution (1-, 2- or 3-d; stride, padding, dilation, groups, transposed or not;
@@ -28,7 +33,10 @@ For `gemm`, rows = M (times batch), cols = N. For `conv`, the GEMM's: rows = bat
 output channels per group, inner = input channels per group x kernel positions, batch = groups.
 Every `full` tensor is made contiguous by the generated wrapper.
 
-Deliberately not here: anything the tuner cannot generate (gathers, reductions over other dims,
+With `reduce`, the iteration space is D's instead of the output's: rows = the product of the kept
+dims' sizes, cols = the reduced ones'.
+
+Deliberately not here: anything the tuner cannot generate (gathers, two reductions over different dims,
 more than one intermediate per stage). `trace.recognize` returns None for those and the tuner seeds only from
 candidates that declare tunables.
 """
@@ -128,6 +136,28 @@ class PoolInfo:
     divisor_override: int | None = None
 
 
+@dataclass(frozen=True)
+class ReduceInfo:
+    """A `row` graph's index mapping where reductions are not over the output's last dim. The domain
+    D (the shape of the values reduced) has `rank` dims; with `groups` > 1 its dim 1 is viewed as
+    (groups, D[1] // groups), giving the *split* dims. `reduced`: the split dims every reduction runs
+    over (cols, row-major); the others are kept (rows, row-major). `present`: per tensor read, the
+    split dims along which it varies (it is contiguous, broadcast along the others). `domain`: a
+    tensor of shape D exactly (the wrapper takes D's sizes from it). `out_shape`: for outputs of
+    one value per row, each output dim as the D dim whose size it has (-1 for a 1); () where the
+    outputs have shape D."""
+
+    rank: int
+    reduced: tuple[int, ...]
+    present: tuple[tuple[str, tuple[int, ...]], ...]
+    domain: str
+    groups: int = 1
+    out_shape: tuple[int, ...] | None = None
+
+    def split_dims(self) -> int:
+        return self.rank + (1 if self.groups > 1 else 0)
+
+
 @dataclass
 class OpGraph:
     pattern: Pattern
@@ -138,6 +168,7 @@ class OpGraph:
     gemm: GemmInfo | None = None
     conv: ConvInfo | None = None
     pool: PoolInfo | None = None
+    reduce: ReduceInfo | None = None  # row graphs whose reductions are not over the last dim
     forward_args: list[str] = field(default_factory=list)  # the forward's parameter names
     init_source: str = ""  # ModelNew's __init__ (the reference's, cleaned), so parameters match by name
     description: str = ""  # for humans and prompts, e.g. "row reduction: amax, sub, exp, sum, div"
@@ -182,5 +213,5 @@ class Generated:
 
 
 __all__ = [
-    "ELEMENTWISE_OPS", "REDUCE_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph", "PoolInfo", "TensorArg",
+    "ELEMENTWISE_OPS", "REDUCE_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph", "PoolInfo", "ReduceInfo", "TensorArg",
 ]  # fmt: skip

@@ -3,14 +3,17 @@
 `recognize(spec)` traces the reference once per spec shape with `make_fx` on the meta device (no
 memory, no compute), with parameters passed explicitly through `torch.func.functional_call` and the
 core aten decompositions applied, so `softmax`, `layer_norm`, `rms_norm`, `gelu`, `silu`, `linear` and
-their neighbours arrive as a few aten ops; `aten_map.GraphMapper` maps each graph onto the IR
-(`ir.py`), and where no one template covers it, `stages.map_graph` cuts it into a pipeline of
-templated stages (a convolution, then a pooling). Every shape must give the same graph (the same
-stages); only the sizes (rows, cols, K, batch) differ, and they are filled per shape name (per stage). The reference's constructor becomes ModelNew's (`init_source`), so
-the harness can copy the reference's weights into a generated candidate by name.
+their neighbours arrive as a few aten ops; `aten_map.GraphMapper` (or `aten_reduce.ReduceMapper`,
+for reductions over other dims than the output's last) maps each graph onto the IR (`ir.py`), and
+where no one template covers it, `stages.map_graph` cuts it into a pipeline of templated stages (a
+convolution, then a pooling). Every shape must give the same graph (the same stages); only the sizes
+(rows, cols, K, batch) differ, and they are filled per shape name (per stage). The reference's
+constructor becomes ModelNew's (`init_source`), so the harness can copy the reference's weights into
+a generated candidate by name.
 
-Deliberately not here: anything the templates cannot generate. Gathers, reductions over other dims,
-integer or float64 data, outputs of different shapes, a stage that no template covers, training specs (backward) and data-dependent control flow give `None` with the reason, and the tuner then
+Deliberately not here: anything the templates cannot generate. Gathers, reductions over two sets of dims,
+integer or float64 data, outputs of different shapes, a stage that no template covers, training specs
+(backward) and data-dependent control flow give `None` with the reason, and the tuner then
 seeds only from candidates that declare tunables. Running the reference is the harness's business;
 this module only traces it on fake tensors (the spec file itself is imported: specs are trusted).
 """
@@ -28,6 +31,7 @@ from typing import Any
 from kernelevolve import pyast
 from kernelevolve.spec import ShapeSpec, Spec, call_get_init_inputs, call_get_inputs, import_spec_module
 from kernelevolve.synth.tuner.aten_map import Unsupported
+from kernelevolve.synth.tuner.aten_reduce import mapper_for
 from kernelevolve.synth.tuner.ir import OpGraph
 from kernelevolve.synth.tuner.stages import map_graph
 
@@ -67,7 +71,19 @@ def recognize(spec: Spec) -> tuple[OpGraph | None, str]:
 
 def _structure(g: OpGraph) -> tuple[Any, ...]:
     stages = tuple(_structure(s) for s in g.stages)
-    return (g.pattern, g.tensors, g.ops, g.outputs, g.dtype, g.gemm, g.conv, g.pool, g.forward_args, stages)
+    return (
+        g.pattern,
+        g.tensors,
+        g.ops,
+        g.outputs,
+        g.dtype,
+        g.gemm,
+        g.conv,
+        g.pool,
+        g.reduce,
+        g.forward_args,
+        stages,
+    )
 
 
 # --- tracing --------------------------------------------------------------------------------------
@@ -110,7 +126,7 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
 
     sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
     forward_args = _forward_args(module.Model, len(inputs))
-    return map_graph(gm, sources, forward_args, shape.name)
+    return map_graph(gm, sources, forward_args, shape.name, mapper=mapper_for)
 
 
 # Recurrent layers decompose into one cell per step and layer (level 3's 6-layer LSTM over 512 steps:
@@ -229,6 +245,11 @@ def describe(g: OpGraph) -> str:
         epi = f", epilogue: {names}" if names else ""
         return (f"{q.kind} pool{q.x_dims}d (kernel {list(q.kernel)}, stride {list(q.stride)}, "
                 f"padding {list(q.padding)}{dilation}){epi}")  # fmt: skip
+    if g.pattern == "row" and g.reduce is not None:
+        r = g.reduce
+        dims = sorted({d - (1 if r.groups > 1 and d >= 2 else 0) for d in r.reduced})
+        groups = f", its channels in {r.groups} groups" if r.groups > 1 else ""
+        return f"row reduction over dims {dims} of a {r.rank}-d value{groups}: {names}"
     if g.pattern == "row":
         return f"row reduction over the last dim: {names}"
     return f"elementwise chain: {names}"

@@ -15,7 +15,8 @@ Templates per pattern (`variants(graph)` lists them, the first is the default):
   integer division for the broadcast indices);
 - row: `triton-row` (ROWS whole rows per program, in registers; the default up to 16384 columns) and
   `triton-row-looped` (column chunks, one pass per reduction stage; softmax's max and sum share one
-  pass through the online rescaling), see `triton_row.py`;
+  pass through the online rescaling), see `triton_row.py`; reductions over other dims than the last
+  address memory through an index plan (`triton_reduce.py`);
 - gemm: `triton-gemm` (tiled, GROUP_M swizzle, batched through the grid's second axis, bias and
   epilogue fused before the store), see `triton_gemm.py`;
 - conv: `triton-conv` (1-, 2- and 3-d convolutions as an implicit GEMM, groups through the grid's
@@ -30,7 +31,7 @@ cannot loop to a run-time bound, and the compiled kernel is specialized per shap
 
 Generated code is ours, not a candidate's: it still passes the candidate guards
 (`evaluate.guards.check_source`), and the harness evaluates it like any other candidate. Not here:
-backward passes, fp64, reductions over other dims, split-row or split-K schedules (see ir.py for what
+backward passes, fp64, split-row or split-K schedules (see ir.py for what
 the tracer recognizes at all).
 """
 

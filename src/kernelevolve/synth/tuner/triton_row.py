@@ -14,12 +14,16 @@ Two templates, each a [ROWS, width] tile per program:
   exp(g - amax(g)) (softmax, log-softmax) shares its max's pass by online rescaling, so softmax reads
   the input twice, not three times. Number of chunks is a constexpr (see triton_codegen).
 
+Reductions over other dims than the last (`graph.reduce`) take the same two templates; only the
+offsets, the wrapper's sizes and the stores of outputs of one value per row differ (`triton_reduce`).
+
 Not here: split-row schedules for a few very long rows (one program per ROWS rows may leave SMs idle),
 Welford-style fusion of mean and variance (layer norm takes three passes when looped).
 """
 
 from __future__ import annotations
 
+from kernelevolve.synth.tuner import triton_reduce
 from kernelevolve.synth.tuner.ir import REDUCE_OPS, Op, OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_common import (
     NEG_INF,
@@ -39,6 +43,7 @@ from kernelevolve.synth.tuner.triton_common import (
     pow2_at_least,
     prepare,
     prologue,
+    source_expr,
     store,
 )
 
@@ -52,16 +57,20 @@ _COMBINE = {
     "amin": "tl.minimum({a}, {v})",
 }
 _WARPS = [1, 2, 4, 8, 16]
+_MASKS = {"full": "mask", "col": "cmask", "row": "rmask"}
+_PLAIN = triton_reduce.IndexPlan(False, [], [], [], {})
 
 
 def build(graph: OpGraph, precision: str, looped: bool) -> Parts:
     names, tensors, ops = prepare(graph, "row")
+    idx = triton_reduce.plan(graph) or _PLAIN
     kname = "_row_looped_kernel" if looped else "_row_kernel"
     width = "CHUNK" if looped else "BLOCK_C"
     params = [
         *kernel_params(tensors, graph, names),
         "rows",
         "cols",
+        *idx.params(),
         "ROWS: tl.constexpr",
         f"{width}: tl.constexpr",
     ]
@@ -72,20 +81,28 @@ def build(graph: OpGraph, precision: str, looped: bool) -> Parts:
         "if IDX64:",
         "    r = r.to(tl.int64)",
         "rmask = r < rows",
+        *idx.row_lines(),
     ]
     body = head + (
-        _looped_body(graph, names, ops, tensors) if looped else _single_body(graph, names, ops, tensors)
+        _looped_body(graph, names, ops, tensors, idx)
+        if looped
+        else _single_body(graph, names, ops, tensors, idx)
     )
     kernel = jit_function(kname, params, body)
 
-    fwd = prologue(graph, tensors, names, forward_args(graph))
-    fwd += [
-        "_n = _shape.numel()",
-        "if _n == 0:",
-        f"    return {outputs_tuple(graph)}",
-        "_cols = _shape[-1] if len(_shape) else 1",
-        "_rows = _n // _cols",
-    ]
+    if graph.reduce is None:
+        fwd = prologue(graph, tensors, names, forward_args(graph))
+        fwd += [
+            "_n = _shape.numel()",
+            "if _n == 0:",
+            f"    return {outputs_tuple(graph)}",
+            "_cols = _shape[-1] if len(_shape) else 1",
+            "_rows = _n // _cols",
+        ]
+    else:  # D's sizes, merged as the index plan has them
+        fwd = [f"{names.local(t.name)} = {source_expr(t, forward_args(graph))}.contiguous()" for t in tensors]
+        fwd += triton_reduce.wrapper_lines(graph, idx, tensors, names)
+        fwd += ["if _rows * _cols == 0:", f"    return {outputs_tuple(graph)}"]
     if looped:
         fwd += [
             '_chunk = min(CONFIG["CHUNK"], triton.next_power_of_2(_cols))',
@@ -104,7 +121,7 @@ def build(graph: OpGraph, precision: str, looped: bool) -> Parts:
             "    _warps = 4 if _r * _block_c <= 2048 else 8 if _r * _block_c <= 8192 else 16",
         ]
         sizes = "ROWS=_r, BLOCK_C=_block_c"
-    args = ", ".join([*launch_args(tensors, graph, names), "_rows", "_cols"])
+    args = ", ".join([*launch_args(tensors, graph, names), "_rows", "_cols", *idx.args()])
     fwd += [
         "_progs = triton.cdiv(_rows, _r)",
         f"{kname}[(_progs,)](",
@@ -114,14 +131,24 @@ def build(graph: OpGraph, precision: str, looped: bool) -> Parts:
         ")",
         f"return {outputs_tuple(graph)}",
     ]
-    tunables, defaults = _knobs(graph, looped)
+    tunables, defaults = _knobs(graph, looped, idx)
     # The single-pass tile is ROWS x next_power_of_2(cols), sized per shape in the forward: no TILE.
     tile = ("ROWS", "CHUNK") if looped else ()
     return Parts([kernel], fwd, tunables, defaults, helpers_for(ops), tile=tile)
 
 
-def _knobs(graph: OpGraph, looped: bool) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
+def _knobs(
+    graph: OpGraph, looped: bool, idx: triton_reduce.IndexPlan
+) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
     cols = pow2_at_least(max(graph.cols.values(), default=1024))
+    if looped and idx.inner_kept():
+        # Memory runs along the rows (a sum over dim 1 of [B, C, S]): tall, narrow tiles read
+        # neighbouring rows together. Not yet measured on a GPU: the tuner searches the range.
+        return (
+            {"CHUNK": [16, 32, 64, 128, 256, 512, 1024, 2048], "ROWS": [1, 2, 4, 8, 16, 32, 64, 128, 256],
+             "num_warps": list(_WARPS)},
+            {"CHUNK": pick([16, 32, 64], cols), "ROWS": 32, "num_warps": 4},
+        )  # fmt: skip
     if looped:
         chunk = pick([1024, 2048, 4096], cols)
         return (
@@ -139,17 +166,43 @@ def _knobs(graph: OpGraph, looped: bool) -> tuple[dict[str, list[int | str]], di
 # -- single pass ------------------------------------------------------------------------------------
 
 
-def _single_body(graph: OpGraph, names: Names, ops: list[Op], tensors: list[TensorArg]) -> list[str]:
-    body = ["c = tl.arange(0, BLOCK_C)[None, :]", "cmask = c < cols", "mask = rmask & cmask"]
-    offsets = {"full": "r * cols + c", "col": "c", "row": "r"}
-    masks = {"full": "mask", "col": "cmask", "row": "rmask"}
-    body += [load(t, names, offsets, masks) for t in tensors]
+def _single_body(
+    graph: OpGraph, names: Names, ops: list[Op], tensors: list[TensorArg], idx: triton_reduce.IndexPlan
+) -> list[str]:
+    body = [
+        "c = tl.arange(0, BLOCK_C)[None, :]",
+        *idx.col_lines(),
+        "cmask = c < cols",
+        "mask = rmask & cmask",
+    ]
+    body += [_load(t, names, idx) for t in tensors]
     for op in ops:
         expr = _reduce_expr(op, graph, names) if op.op in REDUCE_OPS else op_expr(op, names)
         body.append(f"{names.var(op.out)} = {expr}")
+    return body + _stores(graph, names, idx, "[ROWS, BLOCK_C]")
+
+
+def _load(t: TensorArg, names: Names, idx: triton_reduce.IndexPlan) -> str:
+    offsets: dict[str, str] = {t.layout: idx.offset(t.name, t.layout)} if t.layout != "scalar" else {}
+    return load(t, names, offsets, _MASKS)
+
+
+def _stores(graph: OpGraph, names: Names, idx: triton_reduce.IndexPlan, tile: str) -> list[str]:
+    """Each output: D-shaped outputs at their offset in the tile, outputs of one value per row at r."""
+    lines = []
     for i, out in enumerate(graph.outputs):
-        body.append(store(i, names.var(out), graph.layout_of(out), "r * cols + c", "mask", "[ROWS, BLOCK_C]"))
-    return body
+        if _per_row(graph):
+            p = f"out{i}_ptr"
+            lines.append(f"tl.store({p} + r, {names.var(out)}.to({p}.dtype.element_ty), mask=rmask)")
+        else:
+            lines.append(
+                store(i, names.var(out), graph.layout_of(out), idx.offset(None, "full"), "mask", tile)
+            )
+    return lines
+
+
+def _per_row(graph: OpGraph) -> bool:
+    return graph.reduce is not None and graph.reduce.out_shape is not None
 
 
 def _reduce_expr(op: Op, graph: OpGraph, names: Names) -> str:
@@ -205,7 +258,9 @@ def _online_partner(op: Op, producer: dict[str, Op], graph: OpGraph) -> str | No
     return mop.out
 
 
-def _looped_body(graph: OpGraph, names: Names, ops: list[Op], tensors: list[TensorArg]) -> list[str]:
+def _looped_body(
+    graph: OpGraph, names: Names, ops: list[Op], tensors: list[TensorArg], idx: triton_reduce.IndexPlan
+) -> list[str]:
     stage, online = _stages(graph, ops)
     partners = set(online.values())
     # Reductions over columns run in chunk loops; everything per-row (or per-program) runs between.
@@ -220,8 +275,6 @@ def _looped_body(graph: OpGraph, names: Names, ops: list[Op], tensors: list[Tens
     }
     outside |= red_names | {t.name for t in tensors if t.layout in ("row", "scalar")}
     producer = {op.out: op for op in ops}
-    offsets = {"full": "r * cols + c", "col": "c", "row": "r"}
-    masks = {"full": "mask", "col": "cmask", "row": "rmask"}
     tile = "[ROWS, CHUNK]"
 
     def between(s: int) -> list[str]:
@@ -237,14 +290,15 @@ def _looped_body(graph: OpGraph, names: Names, ops: list[Op], tensors: list[Tens
         lines = [
             "for i in range(NCHUNK):",
             "    c = i * CHUNK + tl.arange(0, CHUNK)[None, :]",
+            *["    " + line for line in idx.col_lines()],
             "    cmask = c < cols",
             "    mask = rmask & cmask",
         ]
-        lines += ["    " + load(t, names, offsets, masks) for t in tensors if t.name in inside]
+        lines += ["    " + _load(t, names, idx) for t in tensors if t.name in inside]
         lines += [f"    {names.var(op.out)} = {op_expr(op, names)}" for op in ops if op.out in inside]
         return lines
 
-    body = [load(t, names, offsets, masks) for t in tensors if t.layout in ("row", "scalar")]
+    body = [_load(t, names, idx) for t in tensors if t.layout in ("row", "scalar")]
     body += between(0)
     last = max((stage[op.out] for op in loop_reds), default=0)
     for p in range(1, last + 1):
@@ -281,10 +335,10 @@ def _looped_body(graph: OpGraph, names: Names, ops: list[Op], tensors: list[Tens
         if reds:
             body += init + chunk_loop(targets) + ["    " + u for u in update] + final
         body += between(p)
+    if _per_row(graph):  # computed between the passes: stored once
+        return body + _stores(graph, names, idx, tile)
     body += chunk_loop(list(graph.outputs))
-    for i, out in enumerate(graph.outputs):
-        body.append("    " + store(i, names.var(out), graph.layout_of(out), "r * cols + c", "mask", tile))
-    return body
+    return body + ["    " + line for line in _stores(graph, names, idx, tile)]
 
 
 def _closure(targets: list[str], producer: dict[str, Op], outside: set[str]) -> set[str]:
