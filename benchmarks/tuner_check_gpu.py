@@ -9,7 +9,7 @@ each problem file: `recognize` its reference; if recognized, generate the defaul
 (`triton_codegen.generate`), build the reference `Model` and the candidate's `ModelNew` from the same
 init inputs, copy the reference's weights by name (as the harness does), run both once on the
 problem's own inputs (seed 0) and judge the candidate's output with the harness's `compare` at the
-strict fp32 tolerance. The harness's KernelBench record (`kernelevolve bench`) is what counts; this
+strict fp32 tolerance, with the device set up as the harness's workers set it (no TF32 anywhere). The harness's KernelBench record (`kernelevolve bench`) is what counts; this
 tells in minutes which templates hold at official sizes, before spending a bench on them.
 
 Problems are split over `--procs` worker processes sharing the GPU; a worker that dies (a CUDA fault
@@ -35,11 +35,15 @@ WORKER = r"""
 import importlib.util, json, sys, time, traceback
 import torch
 from kernelevolve.evaluate.correctness import compare, tolerance_for
+from kernelevolve.platforms import get_platform
 from kernelevolve.spec import call_get_init_inputs, call_get_inputs, import_spec_module, load_spec
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate
 
 tmp = sys.argv[1]
+# As the harness's workers do at strict fp32: no TF32 in the reference's matmuls and cuDNN's
+# convolutions (torch lets cuDNN use TF32 by default; a TF32 reference fails a correct fp32 kernel).
+get_platform("cuda").setup(torch.device("cuda:0"), "strict_fp32")
 for i, line in enumerate(sys.stdin):
     path = line.strip()
     row = {"problem": path, "status": "", "template": "", "message": ""}
