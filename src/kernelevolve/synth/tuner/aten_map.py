@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kernelevolve.synth.tuner import aten_misc
 from kernelevolve.synth.tuner.ir import REDUCE_OPS, Arg, ConvInfo, GemmInfo, Op, OpGraph, PoolInfo, TensorArg
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -112,9 +113,12 @@ class GraphMapper:
             raise Unsupported("the reference returns no tensor")
         self.out_nodes = list(outs)
         self.o = _shape(outs[0])
+        self.total = not self.o  # one value (a loss): reduced over the largest input's shape
+        if self.total and _dtype(outs[0]) in FLOAT_DTYPES:
+            self.o = aten_misc.total_space(self, gm)
         if not self.o or self.o[-1] < 1:
             raise Unsupported(f"the output has shape {list(self.o)}; the templates need at least one dim")
-        if any(_shape(o) != self.o for o in outs):
+        if any(_shape(o) != (() if self.total else self.o) for o in outs):
             shapes = ", ".join(str(list(_shape(o))) for o in outs)
             raise Unsupported(f"outputs of different shapes ({shapes}) are not templated")
         self.dtype = _dtype(outs[0])
@@ -157,6 +161,8 @@ class GraphMapper:
             return "col"
         if len(shape) <= n and shape and _pad(shape, n) == (*o[:-1], 1):
             return "row"
+        if self.total and shape and shape == o[:-1]:  # a loss's per-row targets (checked as read)
+            return "row"
         if _numel(shape) == 1 and len(shape) <= n:
             return "scalar"
         if (
@@ -196,8 +202,8 @@ class GraphMapper:
         return replace(v, ref=v.leaf, layout=layout, leaf=None)
 
     def register(self, name: str, source: str, layout: str, dtype: str) -> None:
-        if dtype not in FLOAT_DTYPES:
-            raise Unsupported(f"{source} has dtype {dtype}; the templates read float32/16 tensors")
+        if dtype not in FLOAT_DTYPES and dtype not in aten_misc.INDEX_DTYPES:
+            raise Unsupported(f"{source} has dtype {dtype}; the templates read float and integer tensors")
         arg = TensorArg(name, source, layout, dtype)  # type: ignore[arg-type]
         if self.tensors.get(name, arg) != arg:
             raise Unsupported(f"{source} is read with two layouts ({self.tensors[name].layout}, {layout})")
@@ -284,12 +290,17 @@ class GraphMapper:
                 raise Unsupported(f"graph node {node.op} {node.target} is not templated")
             self.env[node] = self.visit(node)
         outputs = []
+        aten_misc.check(self)
         for o in self.out_nodes:
             v = self.read(self.env[o])
-            if not isinstance(v.ref, str) or v.ref in self.tensors or v.layout != "full":
+            if (
+                not isinstance(v.ref, str)
+                or v.ref in self.tensors
+                or v.layout != ("scalar" if self.total else "full")
+            ):
                 raise Unsupported("an output that is an input or a broadcast value is not templated")
             outputs.append(v.ref)
-        pattern = (
+        pattern = aten_misc.pattern(self) or (
             "pool" if self.pool else "conv" if self.conv else "gemm" if self.gemm
             else "row" if any(op.op in REDUCE_OPS for op in self.ops) else "elementwise"
         )  # fmt: skip
@@ -327,6 +338,9 @@ class GraphMapper:
             raise Unsupported(f"{node.target} is not templated")
         if name in _POOLS:  # before the dtype check: max pooling's unread indices are int64
             return self.pooling(name, args, kw, node)
+        mine = aten_misc.visit(self, name.removesuffix("_"), args, kw, node)  # losses, scans, int data
+        if mine is not aten_misc.NOT_MINE:
+            return mine
         vals = (
             [v for v in node.meta.get("val", ()) if hasattr(v, "shape")]
             if isinstance(node.meta.get("val"), tuple | list)

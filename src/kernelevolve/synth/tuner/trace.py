@@ -223,6 +223,10 @@ def _describe(g: OpGraph) -> str:
                 f"padding {list(q.padding)}{dilation}){epi}")  # fmt: skip
     if g.pattern == "row":
         return f"row reduction over the last dim: {names}"
+    if g.pattern == "scalar":
+        return f"reduction to one value (a loss): {names}"
+    if g.pattern == "scan":
+        return f"scan along the last dim: {names}"
     return f"elementwise chain: {names}"
 
 

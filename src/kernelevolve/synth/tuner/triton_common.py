@@ -160,6 +160,13 @@ def op_expr(op: Op, names: Names) -> str:
         return f"tl.{o}({a}, {arg(1)}, {NAN_ALL})"
     if o == "where_gt0":
         return f"tl.where({a} > 0.0, {arg(1)}, {arg(2)})"
+    if o in ("eq", "ne", "isnan"):  # a comparison as a 1.0/0.0 value; x != x only for NaN
+        test = f"{a} != {a}" if o == "isnan" else f"{a} {'==' if o == 'eq' else '!='} {arg(1)}"
+        return f"tl.where({test}, 1.0, 0.0)"
+    if o == "where_nz":
+        return f"tl.where({a} != 0.0, {arg(1)}, {arg(2)})"
+    if o == "where_col":  # row and looped-row kernels only: `c` is the column index there
+        return f"tl.where(c.to(tl.float32) == {a}, {arg(1)}, 0.0)"
     unary = {
         "neg": f"(-{a})",
         "abs": f"tl.abs({a})",

@@ -1,0 +1,227 @@
+"""Losses and scans through the offline tuner (issue J): a reference reduced to one value (MSE,
+smooth L1, KL divergence with batchmean, hinge, triplet margin, cross-entropy with ignored targets,
+a summed loss over a 3-d input) is recognized as a `scalar` graph, and a cumulative sum or product
+along the last dim (inclusive, reversed, exclusive, masked by a bool tensor, with a prologue and an
+epilogue) as a `scan` graph; each is generated as a Triton candidate, passes the candidate guards and
+computes what the reference computes under the Triton interpreter, at the default configuration and
+at one that splits rows into several chunks and programs into several rows. What these templates
+cannot generate is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernelevolve import tunables
+from kernelevolve.evaluate.guards import check_source
+from kernelevolve.spec import load_spec
+from kernelevolve.synth.tuner import c_codegen
+from kernelevolve.synth.tuner.trace import recognize
+from kernelevolve.synth.tuner.triton_codegen import generate, variants
+from tests.tuner_interp import interpret
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+
+# name: (constructor body, forward's arguments, forward's expression, inputs)
+LOSSES = {
+    "mse": ("pass", "a, b", "torch.mean((a - b) ** 2)", "[torch.randn(6, 40), torch.randn(6, 40)]"),
+    "mse-sum-3d": (
+        "pass",
+        "a, b",
+        "F.mse_loss(a, b, reduction='sum')",
+        "[torch.randn(2, 3, 10), torch.randn(2, 3, 10)]",
+    ),
+    "huber": ("pass", "a, b", "F.smooth_l1_loss(a, b)", "[torch.randn(5, 33) * 2, torch.randn(5, 33)]"),
+    "kldiv": (
+        "pass",
+        "p, t",
+        "F.kl_div(torch.log(p), t, reduction='batchmean')",
+        "[torch.rand(4, 24).softmax(-1), torch.rand(4, 24).softmax(-1)]",
+    ),
+    "hinge": (
+        "pass",
+        "p, t",
+        "torch.mean(torch.clamp(1 - p * t, min=0))",
+        "[torch.randn(8, 8), torch.randint(0, 2, (8,)).float() * 2 - 1]",
+    ),
+    "triplet": (
+        "self.loss = nn.TripletMarginLoss(margin=0.5)",
+        "a, p, n",
+        "self.loss(a, p, n)",
+        "[torch.randn(7, 20), torch.randn(7, 20), torch.randn(7, 20)]",
+    ),
+    "cross-entropy": (
+        "pass",
+        "x, t",
+        "F.cross_entropy(x, t)",
+        "[torch.randn(9, 13), torch.randint(0, 13, (9,))]",
+    ),
+    "cross-entropy-ignored": (
+        "pass",
+        "x, t",
+        "F.cross_entropy(x * 3.0, t)",
+        "[torch.randn(9, 13), torch.tensor([3, -100, 0, 12, 5, -100, 7, 1, 2])]",
+    ),
+    "mse-long-rows": (
+        "pass",
+        "a, b",
+        "torch.mean((a - b) ** 2)",
+        "[torch.randn(5, 1100), torch.randn(5, 1100)]",
+    ),
+}
+SCANS = {
+    "cumsum": ("pass", "x", "torch.cumsum(x, dim=1)", "[torch.randn(5, 50)]"),
+    "cumprod": ("pass", "x", "torch.cumprod(x, dim=1)", "[torch.rand(4, 30) * 0.5 + 0.75]"),
+    "cumsum-reverse": ("pass", "x", "torch.cumsum(x.flip(1), dim=1).flip(1)", "[torch.randn(5, 50)]"),
+    "cumprod-reverse": ("pass", "x", "torch.cumprod(x.flip(-1), dim=-1).flip(-1)", "[torch.rand(3, 20) + 0.5]"),
+    "cumsum-exclusive": (
+        "pass", "x",
+        "torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
+        "torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)), dim=1)",
+        "[torch.randn(5, 50)]",
+    ),
+    "cumsum-masked": (
+        "pass", "x, m", "torch.cumsum(x * m, dim=1)", "[torch.randn(5, 50), torch.randint(0, 2, (5, 50)).bool()]",
+    ),
+    "cumsum-epilogue-3d": (
+        "pass", "x, y", "torch.relu(torch.cumsum(x * 2.0, dim=-1)) + y",
+        "[torch.randn(2, 3, 40), torch.randn(2, 3, 40)]",
+    ),
+    "cumsum-long-rows": ("pass", "x", "torch.cumsum(x, dim=1)", "[torch.randn(3, 700)]"),
+    "cumsum-exclusive-long-rows": (
+        "pass", "x",
+        "torch.cat((torch.zeros_like(x[:, :1]), torch.cumsum(x[:, :-1], dim=1)), dim=1)",
+        "[torch.randn(3, 700)]",
+    ),
+}  # fmt: skip
+# A configuration that splits rows into chunks and programs into several rows.
+SMALL = {"scalar": {"ROWS": 2}, "scalar-looped": {"ROWS": 2, "CHUNK": 512}, "scan": {"ROWS": 2, "CHUNK": 256}}
+
+
+def _spec(tmp: Path, name: str, init: str, args: str, expr: str, inputs: str) -> Path:
+    path = tmp / f"{name.replace('-', '_')}.py"
+    path.write_text(HEADER + textwrap.dedent(f"""
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                {init}
+
+            def forward(self, {args}):
+                return {expr}
+
+        def get_inputs():
+            return {inputs}
+
+        def get_init_inputs():
+            return []
+        """))  # fmt: skip
+    return path
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
+    """Every reference recognized and generated by every template that applies, at the defaults and
+    at SMALL: id -> (spec, source)."""
+    tmp = tmp_path_factory.mktemp("misc")
+    out = {}
+    for pattern, table in (("scalar", LOSSES), ("scan", SCANS)):
+        for name, case in table.items():
+            path = _spec(tmp, name, *case)
+            graph, why = recognize(load_spec(path))
+            assert graph is not None and graph.pattern == pattern, why
+            for template in variants(graph):
+                short = template.removeprefix("triton-")
+                out[f"{name}/{short}"] = (str(path), generate(graph, template=template).source)
+                out[f"{name}/{short}@small"] = (
+                    str(path),
+                    generate(graph, config=SMALL[short], template=template).source,
+                )
+    return out
+
+
+@pytest.fixture(scope="module")
+def interpreted(
+    generated: dict[str, tuple[str, str]], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    return interpret(generated, tmp_path_factory.mktemp("misc-run"), tol=1e-4)
+
+
+CASES = [
+    f"{name}/{template}{size}"
+    for name, templates in [
+        *((n, ("scalar", "scalar-looped")) for n in LOSSES),
+        *((n, ("scan",)) for n in SCANS),
+    ]
+    for template in templates
+    for size in ("", "@small")
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_generated_loss_or_scan_matches_the_reference_under_the_interpreter(
+    case: str, interpreted: dict[str, str]
+) -> None:
+    assert interpreted[case] == "ok", interpreted[case]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_generated_loss_or_scan_passes_the_candidate_guards(
+    case: str, generated: dict[str, tuple[str, str]]
+) -> None:
+    source = generated[case][1]
+    report = check_source(source, accepted_kinds={"triton"}, platform="cuda")
+    assert report.ok, report.violations
+    found = tunables.read(source)
+    assert found is not None and set(found[0]) == set(found[1])
+    assert tunables.fits(source), (case, tunables.tile_per_thread(source))
+
+
+def test_templates_and_descriptions(tmp_path: Path) -> None:
+    graph, why = recognize(load_spec(_spec(tmp_path, "ce", *LOSSES["cross-entropy"])))
+    assert graph is not None and graph.pattern == "scalar"
+    assert why.startswith("reduction to one value (a loss)") and "where_col" in why
+    assert {t.dtype for t in graph.tensors} == {"float32", "int64"}
+    graph, why = recognize(load_spec(_spec(tmp_path, "rev", *SCANS["cumsum-reverse"])))
+    assert graph is not None and [op.op for op in graph.ops] == ["cumsum_rev"]
+    assert variants(graph) == ["triton-scan"]
+
+
+def test_long_rows_take_the_looped_loss_template_first(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, "long", "pass", "a", "a.exp().mean()", "[torch.randn(2, 20000)]")
+    graph, _ = recognize(load_spec(spec))
+    assert graph is not None and variants(graph) == ["triton-scalar-looped", "triton-scalar"]
+
+
+REFUSED = {
+    "mean-read-per-element": ("x", "x - x.mean()", "[torch.randn(4, 8)]", "only as the output (a loss)"),
+    "two-pass-loss": ("x", "((x - x.mean()) ** 2).mean()", "[torch.randn(4, 8)]", "two passes"),
+    "cumsum-first-dim": ("x", "torch.cumsum(x, dim=0)", "[torch.randn(4, 8)]", "only along the last dim"),
+    "flip-alone": ("x", "x.flip(1) * 2.0", "[torch.randn(4, 8)]", "_Flip"),
+    "two-scans": ("x", "torch.cumsum(torch.cumsum(x, 1), 1)", "[torch.randn(4, 8)]", "more than one scan"),
+    "scan-and-reduction": (
+        "x", "torch.cumsum(x, 1) - x.amax(1, keepdim=True)", "[torch.randn(4, 8)]", "a scan together with a reduction",
+    ),
+    "gather-first-dim": (
+        "x, i", "torch.gather(x, 0, i).sum()", "[torch.randn(4, 8), torch.zeros(1, 8, dtype=torch.long)]",
+        "gather is templated only along the last dim",
+    ),
+    "norm-of-order-3": ("x", "torch.linalg.vector_norm(x, 3, dim=1).mean()", "[torch.randn(4, 8)]", "order 3"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_what_the_templates_cannot_generate_is_refused_with_the_reason(tmp_path: Path, name: str) -> None:
+    args, expr, inputs, reason = REFUSED[name]
+    graph, why = recognize(load_spec(_spec(tmp_path, name, "pass", args, expr, inputs)))
+    assert graph is None and reason in why, why
+
+
+def test_the_cpu_generator_refuses_losses_and_scans(tmp_path: Path) -> None:
+    for case in (LOSSES["mse"], SCANS["cumsum"]):
+        graph, _ = recognize(load_spec(_spec(tmp_path, "cpu", *case)))
+        assert graph is not None
+        with pytest.raises(NotImplementedError, match="losses, scans"):
+            c_codegen.generate(graph)
