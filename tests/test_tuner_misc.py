@@ -97,6 +97,17 @@ SCANS = {
         "[torch.randn(3, 700)]",
     ),
 }  # fmt: skip
+# Matmuls whose first operand is a transposed view (read through its strides), and diag(a) @ b
+# written as the per-row scaling it is: a vector viewed as [N, 1] is one value per row, even where
+# N is also the column count.
+MATMULS = {
+    "mm-a-transposed": ("pass", "x, w", "x.T @ w", "[torch.randn(24, 16), torch.randn(24, 20)]"),
+    "mm-both-transposed": ("pass", "x, w", "torch.matmul(x.T, w.T) * 0.5", "[torch.randn(24, 16), torch.randn(20, 24)]"),
+    "bmm-a-transposed": (
+        "pass", "x, y", "torch.bmm(x.transpose(1, 2), y)", "[torch.randn(2, 12, 10), torch.randn(2, 12, 8)]",
+    ),
+    "diag-scaling": ("pass", "a, b", "a.unsqueeze(1) * b", "[torch.randn(16), torch.randn(16, 16)]"),
+}  # fmt: skip
 # A configuration that splits rows into chunks and programs into several rows.
 SMALL = {"scalar": {"ROWS": 2}, "scalar-looped": {"ROWS": 2, "CHUNK": 512}, "scan": {"ROWS": 2, "CHUNK": 256}}
 
@@ -139,6 +150,11 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
                     str(path),
                     generate(graph, config=SMALL[short], template=template).source,
                 )
+    for name, case in MATMULS.items():
+        path = _spec(tmp, name, *case)
+        graph, why = recognize(load_spec(path))
+        assert graph is not None, why
+        out[name] = (str(path), generate(graph).source)
     return out
 
 
@@ -157,7 +173,7 @@ CASES = [
     ]
     for template in templates
     for size in ("", "@small")
-]
+] + list(MATMULS)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -187,6 +203,16 @@ def test_templates_and_descriptions(tmp_path: Path) -> None:
     graph, why = recognize(load_spec(_spec(tmp_path, "rev", *SCANS["cumsum-reverse"])))
     assert graph is not None and [op.op for op in graph.ops] == ["cumsum_rev"]
     assert variants(graph) == ["triton-scan"]
+
+
+def test_a_transposed_operand_is_read_through_its_strides(tmp_path: Path) -> None:
+    graph, why = recognize(load_spec(_spec(tmp_path, "mmt", *MATMULS["mm-both-transposed"])))
+    assert graph is not None and graph.gemm is not None, why
+    assert (graph.gemm.a_layout, graph.gemm.b_layout) == ("km", "nk")
+    assert "a transposed" in why
+    graph, why = recognize(load_spec(_spec(tmp_path, "diag", *MATMULS["diag-scaling"])))
+    assert graph is not None and graph.pattern == "elementwise", why
+    assert [t.layout for t in graph.tensors] == ["row", "full"]
 
 
 def test_long_rows_take_the_looped_loss_template_first(tmp_path: Path) -> None:

@@ -188,6 +188,8 @@ class GraphMapper:
             raise Unsupported("transposed tensors are templated only as matmul operands")
         source, base, dtype = self.leaf_source[v.leaf]
         layout = self.classify(base)
+        if v.shape != base and self.classify(v.shape) == "row" and _numel(v.shape) == _numel(base):
+            layout = "row"  # a vector viewed as one value per row ([N] as [N, 1]): the same order
         if layout is None:
             bigger = (
                 " (an output reduced from its inputs is not templated)"
@@ -498,8 +500,16 @@ class GraphMapper:
         n = shape[-1]
         a_src, a_base, a_dtype = self.leaf_source[a.leaf]
         b_src, b_base, b_dtype = self.leaf_source[b.leaf]
-        if a.transposed or _numel(a_base) != batch * m * k or a_base[-1] != k:
-            raise Unsupported(f"matmul operand {a_src} of shape {list(a_base)} is not a contiguous [M, K]")
+        a_km = (
+            a.transposed
+            and a_base[-2:] == (k, m)
+            and _numel(a_base[:-2]) == batch
+            and (batched or len(a_base) == 2)
+        )
+        if not a_km and (a.transposed or _numel(a_base) != batch * m * k or a_base[-1] != k):
+            raise Unsupported(
+                f"matmul operand {a_src} of shape {list(a_base)} is not a contiguous [M, K] or [K, M]"
+            )
         b_layout = "nk" if b.transposed else "kn"
         matrix = (n, k) if b.transposed else (k, n)
         if b_base[-2:] != matrix or _numel(b_base[:-2]) != batch or (not batched and len(b_base) != 2):
@@ -514,7 +524,7 @@ class GraphMapper:
             if bv.layout != "col" or not isinstance(bv.ref, str) or bv.ref not in self.tensors:
                 raise Unsupported("addmm's bias must be a [N] parameter or input")
             bias_name = bv.ref
-        self.gemm = GemmInfo(a.leaf, b.leaf, b_layout, bias_name, batched)  # type: ignore[arg-type]
+        self.gemm = GemmInfo(a.leaf, b.leaf, b_layout, bias_name, batched, "km" if a_km else "mk")  # type: ignore[arg-type]
         self.gemm_sizes = (batch, m, n, k)
         return _Val("acc", "full", shape)
 

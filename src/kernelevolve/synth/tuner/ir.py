@@ -93,6 +93,7 @@ class GemmInfo:
     b_layout: Literal["kn", "nk"]
     bias: str | None = None
     batched: bool = False
+    a_layout: Literal["mk", "km"] = "mk"  # "km": a given as [K, M] (a transposed view), read via strides
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,8 @@ def _describe(g: OpGraph) -> str:
         what = "batched matmul" if g.gemm.batched else "matmul"
         bias = " + bias" if g.gemm.bias else ""
         epi = f", epilogue: {names}" if names else ""
-        return f"{what} (weight layout {g.gemm.b_layout}){bias}{epi}"
+        a_t = ", a transposed" if g.gemm.a_layout == "km" else ""
+        return f"{what} (weight layout {g.gemm.b_layout}{a_t}){bias}{epi}"
     if g.pattern == "conv" and g.conv is not None:
         c = g.conv
         groups = f", groups {c.groups}" if c.groups > 1 else ""
