@@ -108,6 +108,13 @@ MATMULS = {
     ),
     "diag-scaling": ("pass", "a, b", "a.unsqueeze(1) * b", "[torch.randn(16), torch.randn(16, 16)]"),
 }  # fmt: skip
+# Constants the forward makes with torch.tensor, on the inputs' device or the CPU.
+CONSTANTS = {
+    "tensor-constant-on-device": (
+        "pass", "x", "torch.relu(torch.min(x, torch.tensor(0.25, device=x.device))) * 2.0", "[torch.randn(4, 30)]",
+    ),
+    "tensor-constant-on-cpu": ("pass", "x", "torch.maximum(x, torch.tensor(-0.5)) + 1.0", "[torch.randn(4, 30)]"),
+}  # fmt: skip
 # A configuration that splits rows into chunks and programs into several rows.
 SMALL = {"scalar": {"ROWS": 2}, "scalar-looped": {"ROWS": 2, "CHUNK": 512}, "scan": {"ROWS": 2, "CHUNK": 256}}
 
@@ -150,7 +157,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
                     str(path),
                     generate(graph, config=SMALL[short], template=template).source,
                 )
-    for name, case in MATMULS.items():
+    for name, case in {**MATMULS, **CONSTANTS}.items():
         path = _spec(tmp, name, *case)
         graph, why = recognize(load_spec(path))
         assert graph is not None, why
@@ -165,15 +172,19 @@ def interpreted(
     return interpret(generated, tmp_path_factory.mktemp("misc-run"), tol=1e-4)
 
 
-CASES = [
-    f"{name}/{template}{size}"
-    for name, templates in [
-        *((n, ("scalar", "scalar-looped")) for n in LOSSES),
-        *((n, ("scan",)) for n in SCANS),
+CASES = (
+    [
+        f"{name}/{template}{size}"
+        for name, templates in [
+            *((n, ("scalar", "scalar-looped")) for n in LOSSES),
+            *((n, ("scan",)) for n in SCANS),
+        ]
+        for template in templates
+        for size in ("", "@small")
     ]
-    for template in templates
-    for size in ("", "@small")
-] + list(MATMULS)
+    + list(MATMULS)
+    + list(CONSTANTS)
+)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -233,6 +244,9 @@ REFUSED = {
     "gather-first-dim": (
         "x, i", "torch.gather(x, 0, i).sum()", "[torch.randn(4, 8), torch.zeros(1, 8, dtype=torch.long)]",
         "gather is templated only along the last dim",
+    ),
+    "tensor-constant-of-three-values": (
+        "x", "x + torch.tensor([1.0, 2.0, 3.0], device=x.device)", "[torch.randn(4, 3)]", "only single values",
     ),
     "norm-of-order-3": ("x", "torch.linalg.vector_norm(x, 3, dim=1).mean()", "[torch.randn(4, 8)]", "order 3"),
 }  # fmt: skip

@@ -288,6 +288,9 @@ class GraphMapper:
         for node in self.gm.graph.nodes:
             if node.op in ("placeholder", "output") or not node.users:
                 continue
+            if node.op == "get_attr":  # a constant the forward made (torch.tensor(c))
+                self.env[node] = aten_misc.constant(self.gm, node)
+                continue
             if node.op != "call_function":
                 raise Unsupported(f"graph node {node.op} {node.target} is not templated")
             self.env[node] = self.visit(node)

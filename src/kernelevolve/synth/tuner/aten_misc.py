@@ -254,6 +254,16 @@ def check(m: GraphMapper) -> None:
         raise _unsupported("a scan together with a reduction is not templated")
 
 
+def constant(gm: Any, node: Any) -> Any:
+    """A tensor constant of the traced graph (`torch.tensor(c)` in the forward) as its value."""
+    from kernelevolve.synth.tuner.aten_map import _Val
+
+    value = getattr(gm, str(node.target), None)
+    if value is None or value.numel() != 1 or value.is_meta or value.dtype.is_complex:
+        raise _unsupported(f"the constant tensor {node.target} is not templated (only single values)")
+    return _Val(float(value.item()), "scalar", tuple(value.shape))
+
+
 def pattern(m: GraphMapper) -> str | None:
     if m.total:
         return "scalar"

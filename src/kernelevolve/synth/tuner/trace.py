@@ -101,7 +101,12 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
     for keep in (aten.silu.default, aten.silu_.default, aten.logsumexp.default):
         table.pop(keep, None)  # mapped whole: the decompositions bring ops the IR does not have
     flat = [state[n] for n in names] + [inputs[i] for i in tensor_idx]
-    gm = make_fx(torch.func.functionalize(run), decomposition_table=dict(table), tracing_mode="fake")(*flat)
+    gm = make_fx(
+        torch.func.functionalize(run),
+        decomposition_table=dict(table),
+        tracing_mode="fake",
+        _allow_non_fake_inputs=True,
+    )(*flat)  # the forward's constants (torch.tensor(c))
 
     sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
     forward_args = _forward_args(module.Model, len(inputs))
@@ -116,6 +121,7 @@ RECURRENT = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
 
 def _refusing_recurrent() -> Any:
     """A torch function mode that raises `Unsupported` where a recurrent layer is called."""
+    import torch
     from torch.overrides import TorchFunctionMode
 
     class Refuse(TorchFunctionMode):
@@ -123,6 +129,10 @@ def _refusing_recurrent() -> Any:
             name = getattr(func, "__name__", "")
             if name in RECURRENT:
                 raise Unsupported(f"aten.{name} (a recurrent layer) is not templated")
+            if func is torch.tensor and isinstance(args[0] if args else None, int | float | bool):
+                # A constant made in the forward: kept on the CPU, so the trace holds its value
+                # (a get_attr node; on the inputs' meta device it would have none).
+                kwargs = {k: v for k, v in (kwargs or {}).items() if k != "device"}
             return func(*args, **(kwargs or {}))
 
     return Refuse()
