@@ -97,14 +97,25 @@ SCANS = {
         "[torch.randn(3, 700)]",
     ),
 }  # fmt: skip
-# Matmuls whose first operand is a transposed view (read through its strides), and diag(a) @ b
-# written as the per-row scaling it is: a vector viewed as [N, 1] is one value per row, even where
-# N is also the column count.
-MATMULS = {
+# Generated at the default template only. Matmuls whose first operand is a transposed view (read
+# through its strides); triangular masks (triu and tril trace to aranges compared: index tensors the
+# candidate makes); diag(a) @ b written as the per-row scaling it is (a vector viewed as [N, 1] is
+# one value per row, even where N is also the column count); vector norms over the last dim (sqrt
+# of a sum of squares, a sum of magnitudes, the largest magnitude).
+OTHERS = {
     "mm-a-transposed": ("pass", "x, w", "x.T @ w", "[torch.randn(24, 16), torch.randn(24, 20)]"),
     "mm-both-transposed": ("pass", "x, w", "torch.matmul(x.T, w.T) * 0.5", "[torch.randn(24, 16), torch.randn(20, 24)]"),
     "bmm-a-transposed": (
         "pass", "x, y", "torch.bmm(x.transpose(1, 2), y)", "[torch.randn(2, 12, 10), torch.randn(2, 12, 8)]",
+    ),
+    "triu-of-matmul": ("pass", "x, w", "torch.triu(x @ w)", "[torch.randn(12, 16), torch.randn(16, 12)]"),
+    "tril-of-matmul": ("pass", "x, w", "torch.tril(torch.matmul(x, w))", "[torch.randn(12, 16), torch.randn(16, 12)]"),
+    "triu-offset-elementwise": ("pass", "x", "torch.triu(x, diagonal=2) * 3.0", "[torch.randn(9, 11)]"),
+    "tril-negative-offset": ("pass", "x", "torch.tril(x, diagonal=-1) + 1.0", "[torch.randn(7, 5)]"),
+    "l2-normalize": ("pass", "x", "x / torch.norm(x, p=2, dim=1, keepdim=True)", "[torch.randn(6, 40)]"),
+    "inf-and-l1-norms": (
+        "pass", "x", "x * torch.linalg.vector_norm(x, float('inf'), dim=-1, keepdim=True) "
+        "- torch.linalg.vector_norm(x, 1, dim=-1, keepdim=True)", "[torch.randn(6, 40)]",
     ),
     "diag-scaling": ("pass", "a, b", "a.unsqueeze(1) * b", "[torch.randn(16), torch.randn(16, 16)]"),
 }  # fmt: skip
@@ -157,7 +168,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
                     str(path),
                     generate(graph, config=SMALL[short], template=template).source,
                 )
-    for name, case in {**MATMULS, **CONSTANTS}.items():
+    for name, case in {**OTHERS, **CONSTANTS}.items():
         path = _spec(tmp, name, *case)
         graph, why = recognize(load_spec(path))
         assert graph is not None, why
@@ -182,7 +193,7 @@ CASES = (
         for template in templates
         for size in ("", "@small")
     ]
-    + list(MATMULS)
+    + list(OTHERS)
     + list(CONSTANTS)
 )
 
@@ -217,11 +228,11 @@ def test_templates_and_descriptions(tmp_path: Path) -> None:
 
 
 def test_a_transposed_operand_is_read_through_its_strides(tmp_path: Path) -> None:
-    graph, why = recognize(load_spec(_spec(tmp_path, "mmt", *MATMULS["mm-both-transposed"])))
+    graph, why = recognize(load_spec(_spec(tmp_path, "mmt", *OTHERS["mm-both-transposed"])))
     assert graph is not None and graph.gemm is not None, why
     assert (graph.gemm.a_layout, graph.gemm.b_layout) == ("km", "nk")
     assert "a transposed" in why
-    graph, why = recognize(load_spec(_spec(tmp_path, "diag", *MATMULS["diag-scaling"])))
+    graph, why = recognize(load_spec(_spec(tmp_path, "diag", *OTHERS["diag-scaling"])))
     assert graph is not None and graph.pattern == "elementwise", why
     assert [t.layout for t in graph.tensors] == ["row", "full"]
 
@@ -247,6 +258,9 @@ REFUSED = {
     ),
     "tensor-constant-of-three-values": (
         "x", "x + torch.tensor([1.0, 2.0, 3.0], device=x.device)", "[torch.randn(4, 3)]", "only single values",
+    ),
+    "tril-of-a-batch": (  # the row index repeats per batch: not one value per (flattened) row
+        "x", "torch.tril(x)", "[torch.randn(2, 7, 5)]", "arange:0:1:7 has shape [7], which is neither",
     ),
     "norm-of-order-3": ("x", "torch.linalg.vector_norm(x, 3, dim=1).mean()", "[torch.randn(4, 8)]", "order 3"),
 }  # fmt: skip

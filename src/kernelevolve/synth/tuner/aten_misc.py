@@ -13,6 +13,8 @@ for what it leaves to it. What it maps:
 - scans: `cumsum`/`cumprod` along the last dim; `flip(cumsum(flip(x)))` over the last dim is the
   reversed scan and `cat([identity column, cumsum(x[..., :-1])])` the exclusive one; the `select`
   that only sizes the identity column is never read.
+- index masks: `arange` is a tensor the candidate makes (`arange:<start>:<step>:<count>`), read per
+  row or per column as its view says; integer `add`/`sub` of such values (triu, tril).
 - integer and bool data: index and mask tensors are read as fp32 (exact up to 2**24, as torch's own
   promotion to float computes them); int64 results of these ops are carried the same way.
 
@@ -94,6 +96,10 @@ def visit(m: GraphMapper, name: str, args: list[Any], kw: dict[str, Any], node: 
                 f"aten.{name} of float data to {dtype} (a rounding): only float data is templated"
             )
         return m.view(args[0], shape)
+    if name == "arange":
+        return _arange(m, args, kw, shape, dtype)
+    if name in ("add", "sub") and dtype in INDEX_DTYPES and kw.get("alpha", 1) == 1:
+        return m.elementwise(name, [args[0], args[1]], shape)  # index arithmetic, exact to 2**24
     if name == "select":
         return _NoValue(f"aten.select of {list(shape)}")
     if name == "scalar_tensor":
@@ -126,6 +132,20 @@ def visit(m: GraphMapper, name: str, args: list[Any], kw: dict[str, Any], node: 
     if name == "cat":
         return _cat(m, args, shape)
     return NOT_MINE
+
+
+def _arange(m: GraphMapper, args: list[Any], kw: dict[str, Any], shape: tuple[int, ...], dtype: str) -> Any:
+    """arange(start, end, step) as a tensor the wrapper makes: a leaf, so that a view of it ([1, N]
+    or [N, 1]) reads it per column or per row (triu and tril's index masks)."""
+    from kernelevolve.synth.tuner.aten_map import _Val
+
+    given = [a for a in args if a is not None]
+    start, step = (given[0], given[2] if len(given) > 2 else 1) if len(given) > 1 else (0, 1)
+    if not all(isinstance(v, int) for v in (start, step)) or len(shape) != 1:
+        raise _unsupported("aten.arange of other than integer bounds is not templated")
+    name = f"arange{len(m.leaf_source)}"
+    m.leaf_source[name] = (f"arange:{start}:{step}:{shape[0]}", shape, dtype)
+    return _Val(None, "leaf", shape, leaf=name)
 
 
 def _unsupported(why: str) -> Exception:

@@ -62,6 +62,10 @@ def generate(graph: OpGraph, config: dict | None = None, precision: str = "stric
         raise NotImplementedError("the CPU templates do not generate convolutions (yet: issue J)")
     if graph.pattern == "pool":
         raise NotImplementedError("the CPU templates do not generate poolings (yet: issue J)")
+    if any(t.source.startswith("arange:") for t in graph.tensors):
+        raise NotImplementedError(
+            "the CPU templates do not generate index masks (an arange in the reference)"
+        )
     if graph.pattern in ("scalar", "scan"):
         raise NotImplementedError(f"the CPU templates do not generate {graph.pattern} graphs (losses, scans)")
     if graph.dtype != "float32" or any(t.dtype != "float32" for t in graph.tensors):

@@ -300,13 +300,20 @@ def store(out_index: int, value: str, layout: str, offset: str, mask: str, full_
 
 
 def source_expr(t: TensorArg, args: list[str]) -> str:
-    """Where the forward gets tensor `t`: a positional argument or the module's parameter/buffer."""
+    """Where the forward gets tensor `t`: a positional argument, the module's parameter/buffer, or an
+    arange the reference makes (index masks: triu, tril), as fp32 values."""
     kind, _, rest = t.source.partition(":")
     if kind == "input":
         i = int(rest)
         if i >= len(args):
             raise CodegenError(f"tensor {t.name} reads forward argument {i}; forward has {len(args)}")
         return args[i]
+    if kind == "arange":  # arange:<start>:<step>:<count>, made on the first argument's device
+        start, step, count = rest.split(":")
+        if not args:
+            raise CodegenError(f"tensor {t.name} is an arange, and no forward argument gives its device")
+        end = f"{start} + {step} * {count}"
+        return f"torch.arange({start}, {end}, {step}, device={args[0]}.device, dtype=torch.float32)"
     if kind == "param":
         parts = rest.split(".")
         if all(p.isidentifier() and not keyword.iskeyword(p) for p in parts):
