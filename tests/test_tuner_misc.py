@@ -98,7 +98,7 @@ SCANS = {
     ),
 }  # fmt: skip
 # Generated at the default template only. Matmuls whose first operand is a transposed view (read
-# through its strides); triangular masks (triu and tril trace to aranges compared: index tensors the
+# through its strides), einsums (chains of permutes and unit dims, judged by their strides); triangular masks (triu and tril trace to aranges compared: index tensors the
 # candidate makes); diag(a) @ b written as the per-row scaling it is (a vector viewed as [N, 1] is
 # one value per row, even where N is also the column count); vector norms over the last dim (sqrt
 # of a sum of squares, a sum of magnitudes, the largest magnitude).
@@ -108,6 +108,10 @@ OTHERS = {
     "bmm-a-transposed": (
         "pass", "x, y", "torch.bmm(x.transpose(1, 2), y)", "[torch.randn(2, 12, 10), torch.randn(2, 12, 8)]",
     ),
+    "einsum-4d-by-matrix": (
+        "pass", "a, w", "torch.einsum('bijl,lk->bijk', a, w)", "[torch.randn(2, 3, 4, 5), torch.randn(5, 6)]",
+    ),
+    "einsum-transposed-weight": ("pass", "a, w", "torch.einsum('bil,kl->bik', a, w)", "[torch.randn(2, 3, 5), torch.randn(6, 5)]"),
     "triu-of-matmul": ("pass", "x, w", "torch.triu(x @ w)", "[torch.randn(12, 16), torch.randn(16, 12)]"),
     "tril-of-matmul": ("pass", "x, w", "torch.tril(torch.matmul(x, w))", "[torch.randn(12, 16), torch.randn(16, 12)]"),
     "triu-offset-elementwise": ("pass", "x", "torch.triu(x, diagonal=2) * 3.0", "[torch.randn(9, 11)]"),
@@ -262,6 +266,7 @@ REFUSED = {
     "tril-of-a-batch": (  # the row index repeats per batch: not one value per (flattened) row
         "x", "torch.tril(x)", "[torch.randn(2, 7, 5)]", "arange:0:1:7 has shape [7], which is neither",
     ),
+    "permuted-input-read-per-element": ("x", "x.permute(1, 0, 2) * 2.0", "[torch.randn(3, 4, 5)]", "_Strided"),
     "norm-of-order-3": ("x", "torch.linalg.vector_norm(x, 3, dim=1).mean()", "[torch.randn(4, 8)]", "order 3"),
 }  # fmt: skip
 

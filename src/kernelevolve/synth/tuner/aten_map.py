@@ -352,7 +352,7 @@ class GraphMapper:
             else [node.meta.get("val")]
         )
         odd = [_dtype_of(v) for v in vals if v is not None and _dtype_of(v) not in (*FLOAT_DTYPES, "bool")]
-        if odd:
+        if odd and not (name in ("max", "min") and len(vals) == 2 and odd == ["int64"]):  # unread indices
             raise Unsupported(f"aten.{name} produces {odd[0]} data; only float data is templated")
         shape = _shape(node) if not isinstance(node.meta.get("val"), tuple | list) else ()
         name = name.removesuffix("_") if name.endswith("_") and not name.startswith("_") else name

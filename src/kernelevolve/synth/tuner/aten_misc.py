@@ -1,4 +1,4 @@
-"""The aten ops of losses and scans, mapped onto the IR for `aten_map.GraphMapper` (issue J).
+"""The aten ops of losses, scans, index masks and einsum's views, mapped onto the IR for `aten_map.GraphMapper` (issue J).
 
 `visit(mapper, name, args, kw, node)` runs before the mapper's own dispatch and returns `NOT_MINE`
 for what it leaves to it. What it maps:
@@ -17,6 +17,12 @@ for what it leaves to it. What it maps:
   row or per column as its view says; integer `add`/`sub` of such values (triu, tril).
 - integer and bool data: index and mask tensors are read as fp32 (exact up to 2**24, as torch's own
   promotion to float computes them); int64 results of these ops are carried the same way.
+
+- views judged by strides: a view or permute of a leaf whose result is contiguous is a plain view,
+  one with its last two dims swapped from contiguous a transposed one (a matmul operand), anything
+  else waits for a further view (einsum's permutes through unit dims); a full value's reorder that
+  keeps the element order only changes its shape.
+- constants the forward makes (`torch.tensor(c)`: a get_attr node) as their value (`constant`).
 
 Deliberately not here: gathers along other dims or by full index tensors, scans along other dims,
 reductions to one value other than sum and mean, anything that reads a total per element.
@@ -37,6 +43,7 @@ NOT_MINE = object()
 _INT_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "clone",
               "contiguous", "_to_copy", "to"}  # fmt: skip
 _IDENTITY = {"cumsum": 0.0, "cumprod": 1.0}
+_REORDERS = {"permute", "transpose", "t", "view", "_unsafe_view", "reshape", "unsqueeze", "squeeze"}
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,14 @@ class _Shifted:
 
     value: Any
     identity: float
+
+
+@dataclass(frozen=True)
+class _Strided:
+    """A permuted view of a leaf that is neither contiguous nor transposed: only a further view or
+    permute may read it (einsum's chains end in a plain or transposed view)."""
+
+    value: Any
 
 
 def total_space(mapper: GraphMapper, gm: Any) -> tuple[int, ...]:
@@ -96,6 +111,12 @@ def visit(m: GraphMapper, name: str, args: list[Any], kw: dict[str, Any], node: 
                 f"aten.{name} of float data to {dtype} (a rounding): only float data is templated"
             )
         return m.view(args[0], shape)
+    if name in _REORDERS and args and isinstance(args[0], _Strided):
+        return _reorder(m, name, args, args[0].value, val, shape) or _Strided(args[0].value)
+    if name in _REORDERS and args and isinstance(args[0], _Val) and hasattr(val, "is_contiguous"):
+        reordered = _reorder(m, name, args, args[0], val, shape)
+        if reordered is not None:
+            return reordered
     if name == "arange":
         return _arange(m, args, kw, shape, dtype)
     if name in ("add", "sub") and dtype in INDEX_DTYPES and kw.get("alpha", 1) == 1:
@@ -132,6 +153,45 @@ def visit(m: GraphMapper, name: str, args: list[Any], kw: dict[str, Any], node: 
     if name == "cat":
         return _cat(m, args, shape)
     return NOT_MINE
+
+
+def _swaps_last_two(name: str, args: list[Any], n: int) -> bool:
+    if name == "permute":
+        return n >= 2 and [d % n for d in args[1]] == [*range(n - 2), n - 1, n - 2]
+    if name == "transpose":
+        return n >= 2 and sorted(d % n for d in args[1:3]) == [n - 2, n - 1]
+    return n == 2
+
+
+def _reorder(m: GraphMapper, name: str, args: list[Any], x: Any, val: Any, shape: tuple[int, ...]) -> Any:
+    """A view or permute judged by the strides torch gives its result (einsum's chains of permutes
+    and unit dims): a leaf's view that is contiguous is a plain view of it, one whose last two dims
+    are swapped from contiguous a transposed one; a full value's view that keeps the element order
+    (contiguous, as many elements) only changes its shape. None: the mapper's own rules decide."""
+    from dataclasses import replace
+
+    if x.leaf is not None:
+        if (
+            name in ("permute", "transpose", "t")
+            and not x.transposed
+            and _swaps_last_two(name, args, len(shape))
+        ):
+            return None  # the mapper's own transpose (a [N, 1] weight's .t() stays a transposed one)
+        if val.is_contiguous():
+            return replace(x, shape=shape, transposed=False)
+        if val.dim() >= 2 and val.transpose(-1, -2).is_contiguous():
+            return replace(x, shape=shape, transposed=True)
+        if name in ("permute", "transpose") and not x.transposed:
+            return _Strided(x)  # einsum's way to a transpose: a later view may make it one
+        return None
+    keeps_order = x.layout == "full" and val.is_contiguous() and _numel(shape) == _numel(m.o)
+    if (
+        keeps_order
+        and x.shape != shape
+        and (name in ("permute", "transpose", "t") or m.classify(shape) is None)
+    ):
+        return replace(x, shape=shape)
+    return None
 
 
 def _arange(m: GraphMapper, args: list[Any], kw: dict[str, Any], shape: tuple[int, ...], dtype: str) -> Any:

@@ -2,7 +2,7 @@
 
 `trace.py` builds it from the spec's reference (an aten-level trace, decomposed); the code
 generators (`triton_codegen.py` for CUDA, `c_codegen.py` for the CPU) turn it into a complete
-candidate file with declared tunables. Three patterns are recognized:
+candidate file with declared tunables. The patterns:
 
 - `elementwise`: every op is elementwise over the output's shape; tensors are `full` (the output's
   shape), `col` (1-D, broadcast along the last dim), `row` (one value per row) or `scalar`.
@@ -25,6 +25,10 @@ Iteration space: the (first) output's shape; rows = prod(shape[:-1]), cols = sha
 For `gemm`, rows = M (times batch), cols = N. For `conv`, the GEMM's: rows = batch x output positions, cols =
 output channels per group, inner = input channels per group x kernel positions, batch = groups.
 Every `full` tensor is made contiguous by the generated wrapper.
+
+Tensors may hold integer or bool data (class indices, masks): every template reads them as fp32,
+exact up to 2**24, as torch's promotion to float computes them. A tensor's source may also be
+`arange:<start>:<step>:<count>`, an index vector the candidate makes (triu and tril's masks).
 
 Deliberately not here: anything the tuner cannot generate (gathers, reductions over other dims,
 pooling after other compute). `trace.recognize` returns None for those and the tuner seeds only from
