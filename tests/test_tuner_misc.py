@@ -251,7 +251,7 @@ REFUSED = {
     "mean-read-per-element": ("x", "x - x.mean()", "[torch.randn(4, 8)]", "only as the output (a loss)"),
     "two-pass-loss": ("x", "((x - x.mean()) ** 2).mean()", "[torch.randn(4, 8)]", "two passes"),
     "cumsum-first-dim": ("x", "torch.cumsum(x, dim=0)", "[torch.randn(4, 8)]", "only along the last dim"),
-    "flip-alone": ("x", "x.flip(1) * 2.0", "[torch.randn(4, 8)]", "_Flip"),
+    "flip-alone": ("x", "x.flip(1) * 2.0", "[torch.randn(4, 8)]", "a flip along the last dim (templated only around a scan) is read"),
     "two-scans": ("x", "torch.cumsum(torch.cumsum(x, 1), 1)", "[torch.randn(4, 8)]", "more than one scan"),
     "scan-and-reduction": (
         "x", "torch.cumsum(x, 1) - x.amax(1, keepdim=True)", "[torch.randn(4, 8)]", "a scan together with a reduction",
@@ -266,7 +266,7 @@ REFUSED = {
     "tril-of-a-batch": (  # the row index repeats per batch: not one value per (flattened) row
         "x", "torch.tril(x)", "[torch.randn(2, 7, 5)]", "arange:0:1:7 has shape [7], which is neither",
     ),
-    "permuted-input-read-per-element": ("x", "x.permute(1, 0, 2) * 2.0", "[torch.randn(3, 4, 5)]", "_Strided"),
+    "permuted-input-read-per-element": ("x", "x.permute(1, 0, 2) * 2.0", "[torch.randn(3, 4, 5)]", "a permuted view"),
     "norm-of-order-3": ("x", "torch.linalg.vector_norm(x, 3, dim=1).mean()", "[torch.randn(4, 8)]", "order 3"),
 }  # fmt: skip
 

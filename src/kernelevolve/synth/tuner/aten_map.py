@@ -178,6 +178,8 @@ class GraphMapper:
         """A value an elementwise op or reduction reads: leaves become TensorArgs here."""
         if isinstance(v, _NoValue):
             raise Unsupported(f"{v.what} is used; the templates compute only the main result")
+        if hasattr(v, "pending"):  # aten_misc's flips, slices and permuted views, read too early
+            raise Unsupported(f"{v.pending} is read other than where it is templated")
         if isinstance(v, bool) or not isinstance(v, int | float | _Val):
             raise Unsupported(f"an argument of type {type(v).__name__} is not templated")
         if not isinstance(v, _Val):

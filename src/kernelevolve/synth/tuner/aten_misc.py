@@ -50,6 +50,8 @@ _REORDERS = {"permute", "transpose", "t", "view", "_unsafe_view", "reshape", "un
 class _Flip:
     """A value flipped along the last dim: read only by a scan or another flip."""
 
+    pending = "a flip along the last dim (templated only around a scan)"
+
     value: Any
 
 
@@ -57,12 +59,16 @@ class _Flip:
 class _Head:
     """x[..., :-1] of a full value x: read only by a scan (the exclusive one)."""
 
+    pending = "a slice x[..., :-1] (templated only before an exclusive scan)"
+
     value: Any
 
 
 @dataclass(frozen=True)
 class _Shifted:
     """An exclusive scan whose first column is still missing (a `cat` adds it)."""
+
+    pending = "an exclusive scan (templated only after its identity column)"
 
     value: Any
     identity: float
@@ -72,6 +78,8 @@ class _Shifted:
 class _Strided:
     """A permuted view of a leaf that is neither contiguous nor transposed: only a further view or
     permute may read it (einsum's chains end in a plain or transposed view)."""
+
+    pending = "a permuted view (neither contiguous nor its last two dims swapped)"
 
     value: Any
 
