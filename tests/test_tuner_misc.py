@@ -65,6 +65,12 @@ LOSSES = {
         "F.cross_entropy(x * 3.0, t)",
         "[torch.randn(9, 13), torch.tensor([3, -100, 0, 12, 5, -100, 7, 1, 2])]",
     ),
+    "weighted-mse-col-param": (
+        "self.w = nn.Parameter(torch.rand(40) + 0.5)",
+        "a, b",
+        "(((a - b) ** 2) * self.w).mean()",
+        "[torch.randn(6, 40), torch.randn(6, 40)]",
+    ),
     "mse-long-rows": (
         "pass",
         "a, b",
@@ -89,6 +95,10 @@ SCANS = {
     "cumsum-epilogue-3d": (
         "pass", "x, y", "torch.relu(torch.cumsum(x * 2.0, dim=-1)) + y",
         "[torch.randn(2, 3, 40), torch.randn(2, 3, 40)]",
+    ),
+    "cumsum-col-weight-row-bias": (
+        "self.w = nn.Parameter(torch.randn(30))", "x, b", "torch.cumsum(x * self.w, dim=1) + b",
+        "[torch.randn(5, 30), torch.randn(5, 1)]",
     ),
     "cumsum-long-rows": ("pass", "x", "torch.cumsum(x, dim=1)", "[torch.randn(3, 700)]"),
     "cumsum-exclusive-long-rows": (
