@@ -277,6 +277,7 @@ REFUSED = {
         "x", "torch.tril(x)", "[torch.randn(2, 7, 5)]", "arange:0:1:7 has shape [7], which is neither",
     ),
     "permuted-input-read-per-element": ("x", "x.permute(1, 0, 2) * 2.0", "[torch.randn(3, 4, 5)]", "a permuted view"),
+    "dropout-in-training": ("x", "F.dropout(x * 2.0, p=0.3, training=True)", "[torch.randn(4, 8)]", "random numbers"),
     "norm-of-order-3": ("x", "torch.linalg.vector_norm(x, 3, dim=1).mean()", "[torch.randn(4, 8)]", "order 3"),
 }  # fmt: skip
 

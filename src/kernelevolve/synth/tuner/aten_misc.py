@@ -43,6 +43,7 @@ NOT_MINE = object()
 _INT_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "clone",
               "contiguous", "_to_copy", "to"}  # fmt: skip
 _IDENTITY = {"cumsum": 0.0, "cumprod": 1.0}
+_RANDOM = {"bernoulli", "native_dropout", "rand", "rand_like", "randn", "randn_like", "uniform"}
 _REORDERS = {"permute", "transpose", "t", "view", "_unsafe_view", "reshape", "unsqueeze", "squeeze"}
 
 
@@ -125,6 +126,13 @@ def visit(m: GraphMapper, name: str, args: list[Any], kw: dict[str, Any], node: 
         reordered = _reorder(m, name, args, args[0], val, shape)
         if reordered is not None:
             return reordered
+    if name == "empty":  # what fills it decides (dropout's bernoulli is refused below)
+        return _NoValue("an uninitialized tensor (aten.empty)")
+    if name in _RANDOM:
+        raise _unsupported(
+            f"aten.{name}: random numbers (dropout in training mode) are not templated; a candidate "
+            "cannot draw torch's stream, so only the reference's eval mode or p = 0 could be matched"
+        )
     if name == "arange":
         return _arange(m, args, kw, shape, dtype)
     if name in ("add", "sub") and dtype in INDEX_DTYPES and kw.get("alpha", 1) == 1:
