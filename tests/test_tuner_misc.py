@@ -278,6 +278,13 @@ REFUSED = {
     ),
     "permuted-input-read-per-element": ("x", "x.permute(1, 0, 2) * 2.0", "[torch.randn(3, 4, 5)]", "a permuted view"),
     "dropout-in-training": ("x", "F.dropout(x * 2.0, p=0.3, training=True)", "[torch.randn(4, 8)]", "random numbers"),
+    "loss-after-a-matmul": (
+        "x, w, y", "F.mse_loss(x @ w, y)", "[torch.randn(4, 2), torch.randn(2, 16), torch.randn(4, 16)]",
+        "a reduction to one value (a loss) after a matmul",
+    ),
+    "scan-after-a-matmul": (
+        "x, w", "torch.cumsum(x @ w, dim=1)", "[torch.randn(4, 8), torch.randn(8, 6)]", "a scan after a matmul",
+    ),
     "norm-of-order-3": ("x", "torch.linalg.vector_norm(x, 3, dim=1).mean()", "[torch.randn(4, 8)]", "order 3"),
 }  # fmt: skip
 

@@ -328,6 +328,11 @@ def check(m: GraphMapper) -> None:
     around a scan."""
     from kernelevolve.synth.tuner.ir import OpGraph
 
+    main = "a matmul" if m.gemm else "a convolution" if m.conv else "a pooling" if m.pool else None
+    if main and m.total:
+        raise _unsupported(f"a reduction to one value (a loss) after {main} is not templated")
+    if main and any(op.op in SCAN_OPS for op in m.ops):
+        raise _unsupported(f"a scan after {main} is not templated")
     layouts = OpGraph("row", list(m.tensors.values()), m.ops, [])
     derived: set[str] = set()  # the totals and what is computed from them
     for op in m.ops:
