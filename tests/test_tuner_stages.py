@@ -239,20 +239,21 @@ def test_each_stage_tile_is_checked_against_its_own_warps() -> None:
     [
         (  # the stage after the convolution is not templated: its own reason, named as that stage
             "self.conv = nn.Conv2d(3, 4, 3)",
-            "return torch.cumsum(self.conv(x), dim=-1)",
+            "return torch.cumsum(self.conv(x), dim=1)",
             "stage 2 of the pipeline (after conv2d (stride [1, 1], padding [0, 0], dilation [1, 1]) + bias) "
-            "is not templated: aten.cumsum is not templated",
+            "is not templated: cumsum is templated only along the last dim of the output's shape [2, 4, 6, 6]",
         ),
         (  # the third stage, after a pooling that is the second
             "self.conv = nn.Conv2d(3, 4, 3)\nself.pool = nn.MaxPool2d(2)",
-            "return torch.cumsum(self.pool(torch.relu(self.conv(x))), dim=-1)",
+            "return torch.cumsum(self.pool(torch.relu(self.conv(x))), dim=1)",
             "stage 3 of the pipeline (after max pool2d (kernel [2, 2], stride [2, 2], padding [0, 0], "
-            "dilation [1, 1])) is not templated: aten.cumsum is not templated",
+            "dilation [1, 1])) is not templated: cumsum is templated only along the last dim of the output's "
+            "shape [2, 4, 3, 3]",
         ),
         (  # no cut gives a templated first stage: the whole graph's reason
             "self.conv = nn.Conv2d(3, 4, 3)",
-            "return self.conv(torch.cumsum(x, dim=-1))",
-            "aten.cumsum is not templated",
+            "return self.conv(torch.sort(x, dim=-1).values)",
+            "aten.sort produces int64 data; only float data is templated",
         ),
     ],
 )

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kernelevolve.synth.tuner import aten_misc
 from kernelevolve.synth.tuner.ir import REDUCE_OPS, Arg, ConvInfo, GemmInfo, Op, OpGraph, PoolInfo, TensorArg
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -118,6 +119,11 @@ class GraphMapper:
             raise Unsupported("the reference returns no tensor")
         self.out_nodes = list(outs)
         self.o = domain if domain is not None else _shape(outs[0])
+        self.total = (
+            domain is None and not self.o
+        )  # one value (a loss): reduced over the largest input's shape
+        if self.total and _dtype(outs[0]) in FLOAT_DTYPES:
+            self.o = aten_misc.total_space(self, gm)
         if not self.o or self.o[-1] < 1:
             raise Unsupported(f"the output has shape {list(self.o)}; the templates need at least one dim")
         if any(_shape(o) != _shape(outs[0]) for o in outs):
@@ -163,6 +169,8 @@ class GraphMapper:
             return "col"
         if len(shape) <= n and shape and _pad(shape, n) == (*o[:-1], 1):
             return "row"
+        if self.total and shape and shape == o[:-1]:  # a loss's per-row targets (checked as read)
+            return "row"
         if _numel(shape) == 1 and len(shape) <= n:
             return "scalar"
         if (
@@ -178,6 +186,8 @@ class GraphMapper:
         """A value an elementwise op or reduction reads: leaves become TensorArgs here."""
         if isinstance(v, _NoValue):
             raise Unsupported(f"{v.what} is used; the templates compute only the main result")
+        if hasattr(v, "pending"):  # aten_misc's flips, slices and permuted views, read too early
+            raise Unsupported(f"{v.pending} is read other than where it is templated")
         if isinstance(v, bool) or not isinstance(v, int | float | _Val):
             raise Unsupported(f"an argument of type {type(v).__name__} is not templated")
         if not isinstance(v, _Val):
@@ -188,6 +198,8 @@ class GraphMapper:
             raise Unsupported("transposed tensors are templated only as matmul operands")
         source, base, dtype = self.leaf_source[v.leaf]
         layout = self.classify(base)
+        if v.shape != base and self.classify(v.shape) == "row" and _numel(v.shape) == _numel(base):
+            layout = "row"  # a vector viewed as one value per row ([N] as [N, 1]): the same order
         if layout is None:
             bigger = (
                 " (an output reduced from its inputs is not templated)"
@@ -202,8 +214,8 @@ class GraphMapper:
         return replace(v, ref=v.leaf, layout=layout, leaf=None)
 
     def register(self, name: str, source: str, layout: str, dtype: str) -> None:
-        if dtype not in FLOAT_DTYPES:
-            raise Unsupported(f"{source} has dtype {dtype}; the templates read float32/16 tensors")
+        if dtype not in FLOAT_DTYPES and dtype not in aten_misc.INDEX_DTYPES:
+            raise Unsupported(f"{source} has dtype {dtype}; the templates read float and integer tensors")
         arg = TensorArg(name, source, layout, dtype)  # type: ignore[arg-type]
         if self.tensors.get(name, arg) != arg:
             raise Unsupported(f"{source} is read with two layouts ({self.tensors[name].layout}, {layout})")
@@ -286,16 +298,21 @@ class GraphMapper:
         for node in self.gm.graph.nodes:
             if node.op in ("placeholder", "output") or not node.users:
                 continue
+            if node.op == "get_attr":  # a constant the forward made (torch.tensor(c))
+                self.env[node] = aten_misc.constant(self.gm, node)
+                continue
             if node.op != "call_function":
                 raise Unsupported(f"graph node {node.op} {node.target} is not templated")
             self.env[node] = self.visit(node)
         outputs = []
+        aten_misc.check(self)
         for o in self.out_nodes:
             v = self.read(self.env[o])
-            if not isinstance(v.ref, str) or v.ref in self.tensors or v.layout not in self.output_layouts:
+            allowed = ("scalar",) if self.total else self.output_layouts
+            if not isinstance(v.ref, str) or v.ref in self.tensors or v.layout not in allowed:
                 raise Unsupported("an output that is an input or a broadcast value is not templated")
             outputs.append(v.ref)
-        pattern = (
+        pattern = aten_misc.pattern(self) or (
             "pool" if self.pool else "conv" if self.conv else "gemm" if self.gemm
             else "row" if any(op.op in REDUCE_OPS for op in self.ops) else "elementwise"
         )  # fmt: skip
@@ -333,13 +350,16 @@ class GraphMapper:
             raise Unsupported(f"{node.target} is not templated")
         if name in _POOLS:  # before the dtype check: max pooling's unread indices are int64
             return self.pooling(name, args, kw, node)
+        mine = aten_misc.visit(self, name.removesuffix("_"), args, kw, node)  # losses, scans, int data
+        if mine is not aten_misc.NOT_MINE:
+            return mine
         vals = (
             [v for v in node.meta.get("val", ()) if hasattr(v, "shape")]
             if isinstance(node.meta.get("val"), tuple | list)
             else [node.meta.get("val")]
         )
         odd = [_dtype_of(v) for v in vals if v is not None and _dtype_of(v) not in (*FLOAT_DTYPES, "bool")]
-        if odd:
+        if odd and not (name in ("max", "min") and len(vals) == 2 and odd == ["int64"]):  # unread indices
             raise Unsupported(f"aten.{name} produces {odd[0]} data; only float data is templated")
         shape = _shape(node) if not isinstance(node.meta.get("val"), tuple | list) else ()
         name = name.removesuffix("_") if name.endswith("_") and not name.startswith("_") else name
@@ -490,8 +510,16 @@ class GraphMapper:
         n = shape[-1]
         a_src, a_base, a_dtype = self.leaf_source[a.leaf]
         b_src, b_base, b_dtype = self.leaf_source[b.leaf]
-        if a.transposed or _numel(a_base) != batch * m * k or a_base[-1] != k:
-            raise Unsupported(f"matmul operand {a_src} of shape {list(a_base)} is not a contiguous [M, K]")
+        a_km = (
+            a.transposed
+            and a_base[-2:] == (k, m)
+            and _numel(a_base[:-2]) == batch
+            and (batched or len(a_base) == 2)
+        )
+        if not a_km and (a.transposed or _numel(a_base) != batch * m * k or a_base[-1] != k):
+            raise Unsupported(
+                f"matmul operand {a_src} of shape {list(a_base)} is not a contiguous [M, K] or [K, M]"
+            )
         b_layout = "nk" if b.transposed else "kn"
         matrix = (n, k) if b.transposed else (k, n)
         if b_base[-2:] != matrix or _numel(b_base[:-2]) != batch or (not batched and len(b_base) != 2):
@@ -506,7 +534,7 @@ class GraphMapper:
             if bv.layout != "col" or not isinstance(bv.ref, str) or bv.ref not in self.tensors:
                 raise Unsupported("addmm's bias must be a [N] parameter or input")
             bias_name = bv.ref
-        self.gemm = GemmInfo(a.leaf, b.leaf, b_layout, bias_name, batched)  # type: ignore[arg-type]
+        self.gemm = GemmInfo(a.leaf, b.leaf, b_layout, bias_name, batched, "km" if a_km else "mk")  # type: ignore[arg-type]
         self.gemm_sizes = (batch, m, n, k)
         return _Val("acc", "full", shape)
 

@@ -127,15 +127,20 @@ def _instance_base(x: Any) -> tuple[int, ...] | None:
 
 
 def mapper_for(gm: Any, sources: list[str], forward_args: list[str]) -> GraphMapper:
-    """`GraphMapper` for graphs whose reductions are all over the output's last dim, `ReduceMapper`
-    for the others."""
+    """`GraphMapper` for graphs whose reductions are all over the output's last dim, and for those
+    reduced to one value (a loss: `GraphMapper`'s `scalar` pattern, partial sums in a fixed order),
+    `ReduceMapper` for the others."""
     nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n.users]
     found = [(n, r) for n in nodes if (r := _reduction(n)) is not None]
     if not found:
         return GraphMapper(gm, sources, forward_args)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0] if isinstance(out_node.args[0], list | tuple) else [out_node.args[0]]
-    o = _shape(outs[0]) if outs and getattr(outs[0], "meta", {}).get("val") is not None else ()
+    if not outs or getattr(outs[0], "meta", {}).get("val") is None:
+        return GraphMapper(gm, sources, forward_args)  # it says why
+    o = _shape(outs[0])
+    if not o:
+        return GraphMapper(gm, sources, forward_args)
 
     def plain(node: Any, r: tuple[tuple[int, ...], tuple[int, ...], int]) -> bool:
         d, dims, groups = r

@@ -18,6 +18,11 @@ candidate file with declared tunables. The patterns recognized:
 - `conv`: a convolution (1-, 2- or 3-d; stride, padding, dilation, groups, transposed or not;
   optionally plus a bias) as an implicit GEMM, followed by an elementwise epilogue on "acc" whose tensors are `full` (the
   output's shape), `chan` (one value per output channel: a [C, 1, 1] parameter) or `scalar`.
+- `scalar`: a `row` graph reduced to one value (losses): `total_sum` / `total_mean` of a full or
+  row value (every element), then scalar ops on the totals; the output has shape [] and the
+  iteration space is the largest input's shape (`aten_misc`, `triton_scalar.py`).
+- `scan`: an elementwise prologue, one scan along the last dim (`SCAN_OPS`: cumsum or cumprod,
+  inclusive, reversed or exclusive) and an elementwise epilogue on its result (`triton_scan.py`).
 - `pool`: a max or average pooling (1-, 2- or 3-d; stride, padding, dilation for max) of an input,
   followed by an elementwise epilogue on "acc" as for `conv` (`chan` is one value per channel).
 
@@ -36,6 +41,10 @@ Every `full` tensor is made contiguous by the generated wrapper.
 With `reduce`, the iteration space is D's instead of the output's: rows = the product of the kept
 dims' sizes, cols = the reduced ones'.
 
+Tensors may hold integer or bool data (class indices, masks): every template reads them as fp32,
+exact up to 2**24, as torch's promotion to float computes them. A tensor's source may also be
+`arange:<start>:<step>:<count>`, an index vector the candidate makes (triu and tril's masks).
+
 Deliberately not here: anything the tuner cannot generate (gathers, two reductions over different dims,
 more than one intermediate per stage). `trace.recognize` returns None for those and the tuner seeds only from
 candidates that declare tunables.
@@ -46,7 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Pattern = Literal["elementwise", "row", "gemm", "conv", "pool", "pipeline"]
+Pattern = Literal["elementwise", "row", "gemm", "conv", "pool", "pipeline", "scalar", "scan"]
 Layout = Literal["full", "col", "row", "scalar", "chan"]  # chan: per output channel (dim 1), conv and pool
 
 # Elementwise ops and their arity. Constants may stand in for any argument.
@@ -60,9 +69,17 @@ ELEMENTWISE_OPS: dict[str, int] = {
     "gelu_tanh": 1,  # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
     "clamp": 3,  # clamp(x, lo, hi); lo or hi may be None (a constant)
     "where_gt0": 3,  # where(x > 0, a, b): leaky relu and friends
+    # Comparisons as 1.0/0.0 values and a select on them (`aten_misc`): eq, ne and isnan masks.
+    "eq": 2, "ne": 2, "isnan": 1, "where_nz": 3,  # where_nz(m, a, b): a where m != 0, else b
+    "where_col": 2,  # where_col(i, x): x at the column whose index is i (a row value), else 0: a gather
 }  # fmt: skip
 # Reductions over the last dim, keepdim: the result has the `row` layout.
 REDUCE_OPS: tuple[str, ...] = ("sum", "mean", "amax", "amin")
+# `scalar` graphs: a sum or mean of every element of a full or row value; the result is one value.
+TOTAL_OPS: tuple[str, ...] = ("total_sum", "total_mean")
+# `scan` graphs: an inclusive scan along the last dim of a full value (`_rev`: from the last column
+# back; `_excl`: exclusive, each column the scan of the columns before it).
+SCAN_OPS: tuple[str, ...] = ("cumsum", "cumprod", "cumsum_rev", "cumprod_rev", "cumsum_excl", "cumprod_excl")
 
 Arg = str | float | int | None  # a value's name, or a constant
 
@@ -95,6 +112,7 @@ class GemmInfo:
     b_layout: Literal["kn", "nk"]
     bias: str | None = None
     batched: bool = False
+    a_layout: Literal["mk", "km"] = "mk"  # "km": a given as [K, M] (a transposed view), read via strides
 
 
 @dataclass(frozen=True)
@@ -192,6 +210,10 @@ class OpGraph:
             if op.out == name:
                 if op.op in REDUCE_OPS:
                     return "row"
+                if op.op in TOTAL_OPS:
+                    return "scalar"
+                if op.op in SCAN_OPS:
+                    return "full"
                 seen = {self.layout_of(a) for a in op.args if isinstance(a, str)}
                 if "full" in seen or {"col", "row"} <= seen or ("chan" in seen and seen & {"col", "row"}):
                     return "full"
@@ -213,5 +235,6 @@ class Generated:
 
 
 __all__ = [
-    "ELEMENTWISE_OPS", "REDUCE_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph", "PoolInfo", "ReduceInfo", "TensorArg",
+    "ELEMENTWISE_OPS", "REDUCE_OPS", "SCAN_OPS", "TOTAL_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph",
+    "PoolInfo", "ReduceInfo", "TensorArg",
 ]  # fmt: skip

@@ -122,7 +122,12 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
     for keep in (aten.silu.default, aten.silu_.default, aten.logsumexp.default):
         table.pop(keep, None)  # mapped whole: the decompositions bring ops the IR does not have
     flat = [state[n] for n in names] + [inputs[i] for i in tensor_idx]
-    gm = make_fx(torch.func.functionalize(run), decomposition_table=dict(table), tracing_mode="fake")(*flat)
+    gm = make_fx(
+        torch.func.functionalize(run),
+        decomposition_table=dict(table),
+        tracing_mode="fake",
+        _allow_non_fake_inputs=True,
+    )(*flat)  # the forward's constants (torch.tensor(c))
 
     sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
     forward_args = _forward_args(module.Model, len(inputs))
@@ -137,6 +142,7 @@ RECURRENT = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
 
 def _refusing_recurrent() -> Any:
     """A torch function mode that raises `Unsupported` where a recurrent layer is called."""
+    import torch
     from torch.overrides import TorchFunctionMode
 
     class Refuse(TorchFunctionMode):
@@ -144,6 +150,10 @@ def _refusing_recurrent() -> Any:
             name = getattr(func, "__name__", "")
             if name in RECURRENT:
                 raise Unsupported(f"aten.{name} (a recurrent layer) is not templated")
+            if func is torch.tensor and isinstance(args[0] if args else None, int | float | bool):
+                # A constant made in the forward: kept on the CPU, so the trace holds its value
+                # (a get_attr node; on the inputs' meta device it would have none).
+                kwargs = {k: v for k, v in (kwargs or {}).items() if k != "device"}
             return func(*args, **(kwargs or {}))
 
     return Refuse()
@@ -232,7 +242,8 @@ def describe(g: OpGraph) -> str:
         what = "batched matmul" if g.gemm.batched else "matmul"
         bias = " + bias" if g.gemm.bias else ""
         epi = f", epilogue: {names}" if names else ""
-        return f"{what} (weight layout {g.gemm.b_layout}){bias}{epi}"
+        a_t = ", a transposed" if g.gemm.a_layout == "km" else ""
+        return f"{what} (weight layout {g.gemm.b_layout}{a_t}){bias}{epi}"
     if g.pattern == "conv" and g.conv is not None:
         c = g.conv
         groups = f", groups {c.groups}" if c.groups > 1 else ""
@@ -252,6 +263,10 @@ def describe(g: OpGraph) -> str:
         return f"row reduction over dims {dims} of a {r.rank}-d value{groups}: {names}"
     if g.pattern == "row":
         return f"row reduction over the last dim: {names}"
+    if g.pattern == "scalar":
+        return f"reduction to one value (a loss): {names}"
+    if g.pattern == "scan":
+        return f"scan along the last dim: {names}"
     return f"elementwise chain: {names}"
 
 

@@ -25,6 +25,10 @@ Templates per pattern (`variants(graph)` lists them, the first is the default):
   see `triton_pool.py`.
 - pipeline: each stage's templates composed into one file (`triton-conv+triton-pool`: stage by stage,
   an intermediate between them), see `triton_stages.py`.
+- scalar: `triton-scalar` and `triton-scalar-looped` (a loss: the row templates' bodies, per-program
+  partial totals, then one program sums them in a fixed order), see `triton_scalar.py`.
+- scan: `triton-scan` (cumsum / cumprod along the last dim, chunked with a carried running value;
+  reversed and exclusive forms), see `triton_scan.py`.
 
 Loop trip counts that depend on shapes are passed as constexprs: the Triton 3.6 interpreter (numpy 2)
 cannot loop to a run-time bound, and the compiled kernel is specialized per shape anyway.
@@ -41,7 +45,15 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from kernelevolve.synth.tuner import triton_conv, triton_gemm, triton_pool, triton_row, triton_stages
+from kernelevolve.synth.tuner import (
+    triton_conv,
+    triton_gemm,
+    triton_pool,
+    triton_row,
+    triton_scalar,
+    triton_scan,
+    triton_stages,
+)
 from kernelevolve.synth.tuner.ir import Generated, OpGraph
 from kernelevolve.synth.tuner.triton_common import (
     HELPER_IMPORTS,
@@ -227,6 +239,9 @@ TEMPLATES: dict[str, tuple[str, Builder, Callable[[OpGraph], bool]]] = {
     "triton-gemm": ("gemm", triton_gemm.build, _always),
     "triton-conv": ("conv", triton_conv.build, _always),
     "triton-pool": ("pool", triton_pool.build, _always),
+    "triton-scalar": ("scalar", lambda g, p: triton_scalar.build(g, p, looped=False), _always),
+    "triton-scalar-looped": ("scalar", lambda g, p: triton_scalar.build(g, p, looped=True), _always),
+    "triton-scan": ("scan", triton_scan.build, _always),
 }
 
 
@@ -239,7 +254,10 @@ def variants(graph: OpGraph) -> list[str]:
         for name, (pattern, _, applies) in TEMPLATES.items()
         if pattern == graph.pattern and applies(graph)
     ]
-    if graph.pattern == "row" and max(graph.cols.values(), default=0) > triton_row.MAX_SINGLE_PASS_COLS:
+    if (
+        graph.pattern in ("row", "scalar")
+        and max(graph.cols.values(), default=0) > triton_row.MAX_SINGLE_PASS_COLS
+    ):
         names.reverse()  # rows longer than registers hold: the looped template first
     return names
 

@@ -160,6 +160,13 @@ def op_expr(op: Op, names: Names) -> str:
         return f"tl.{o}({a}, {arg(1)}, {NAN_ALL})"
     if o == "where_gt0":
         return f"tl.where({a} > 0.0, {arg(1)}, {arg(2)})"
+    if o in ("eq", "ne", "isnan"):  # a comparison as a 1.0/0.0 value; x != x only for NaN
+        test = f"{a} != {a}" if o == "isnan" else f"{a} {'==' if o == 'eq' else '!='} {arg(1)}"
+        return f"tl.where({test}, 1.0, 0.0)"
+    if o == "where_nz":
+        return f"tl.where({a} != 0.0, {arg(1)}, {arg(2)})"
+    if o == "where_col":  # row and looped-row kernels only: `c` is the column index there
+        return f"tl.where(c.to(tl.float32) == {a}, {arg(1)}, 0.0)"
     unary = {
         "neg": f"(-{a})",
         "abs": f"tl.abs({a})",
@@ -293,13 +300,20 @@ def store(out_index: int, value: str, layout: str, offset: str, mask: str, full_
 
 
 def source_expr(t: TensorArg, args: list[str]) -> str:
-    """Where the forward gets tensor `t`: a positional argument or the module's parameter/buffer."""
+    """Where the forward gets tensor `t`: a positional argument, the module's parameter/buffer, or an
+    arange the reference makes (index masks: triu, tril), as fp32 values."""
     kind, _, rest = t.source.partition(":")
     if kind == "input":
         i = int(rest)
         if i >= len(args):
             raise CodegenError(f"tensor {t.name} reads forward argument {i}; forward has {len(args)}")
         return args[i]
+    if kind == "arange":  # arange:<start>:<step>:<count>, made on the first argument's device
+        start, step, count = rest.split(":")
+        if not args:
+            raise CodegenError(f"tensor {t.name} is an arange, and no forward argument gives its device")
+        end = f"{start} + {step} * {count}"
+        return f"torch.arange({start}, {end}, {step}, device={args[0]}.device, dtype=torch.float32)"
     if kind == "param":
         parts = rest.split(".")
         if all(p.isidentifier() and not keyword.iskeyword(p) for p in parts):

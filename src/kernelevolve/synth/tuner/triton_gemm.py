@@ -149,8 +149,29 @@ def _forward(
         f"{names.local(t.name)} = {source_expr(t, args)}.contiguous()"
         for t in [*([bias] if bias else []), *epilogue]
     ]
-    kn = gi.b_layout == "kn"
-    if gi.batched:
+    kn, km = gi.b_layout == "kn", gi.a_layout == "km"
+    if gi.batched and km:  # a given as [batch, K, M]: read transposed through its strides
+        lines += [
+            f"_K, _M = {la}.shape[-2], {la}.shape[-1]",
+            f"_a = {la}.reshape(-1, _K, _M)",
+            f"_b = {lb}.reshape(-1, {lb}.shape[-2], {lb}.shape[-1])",
+            "_batch = _a.shape[0]",
+            "_N = _b.shape[2]" if kn else "_N = _b.shape[1]",
+            "_saz, _sam, _sak = _a.stride(0), _a.stride(2), _a.stride(1)",
+            "_sbz = _b.stride(0) if _b.shape[0] > 1 else 0  # one b for every batch: broadcast",
+            "_sbk, _sbn = " + ("_b.stride(1), _b.stride(2)" if kn else "_b.stride(2), _b.stride(1)"),
+        ]
+    elif km:
+        lines += [
+            f"_a = {la}",
+            f"_b = {lb}",
+            "_K, _M, _batch = _a.shape[0], _a.shape[1], 1",
+            "_N = _b.shape[1]" if kn else "_N = _b.shape[0]",
+            "_saz, _sam, _sak = 0, _a.stride(1), _a.stride(0)",
+            "_sbz = 0",
+            "_sbk, _sbn = " + ("_b.stride(0), _b.stride(1)" if kn else "_b.stride(1), _b.stride(0)"),
+        ]
+    elif gi.batched:
         lines += [
             f"_M, _K = {la}.shape[-2], {la}.shape[-1]",
             f"_a = {la}.reshape(-1, _M, _K)",
@@ -174,7 +195,8 @@ def _forward(
         ]
     full = [t for t in epilogue if t.layout == "full"]
     # A full epilogue tensor has the output's shape exactly; otherwise a's leading dims, then N.
-    shape = f"{names.local(full[0].name)}.shape" if full else f"(*{la}.shape[:-1], _N)"
+    leading = f"(*{la}.shape[:-2], _M, _N)" if km else f"(*{la}.shape[:-1], _N)"
+    shape = f"{names.local(full[0].name)}.shape" if full else leading
     lines += [f"_shape = {shape}", f"_device = {la}.device", *allocate(graph, "_shape")]
     launch = ["_a", "_b"] + [names.local(t.name) for t in [*([bias] if bias else []), *epilogue]]
     launch += [f"_out{i}" for i in range(len(graph.outputs))]
