@@ -27,26 +27,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kernelevolve.synth.tuner import aten_misc
+from kernelevolve.synth.tuner.aten_values import Unsupported, _NoValue, _shape, _Val
 from kernelevolve.synth.tuner.ir import REDUCE_OPS, Arg, ConvInfo, GemmInfo, Op, OpGraph, PoolInfo, TensorArg
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
-
-
-class Unsupported(Exception):
-    """Why the reference is outside what the templates generate."""
-
-
-@dataclass(frozen=True)
-class _Val:
-    """A traced value: an IR name or a constant, its layout, its torch shape. `leaf` values are
-    tensors not yet read by any op (a placeholder, possibly viewed); `transposed` marks a leaf whose
-    last two dims were swapped, which only a matmul operand may be."""
-
-    ref: Arg
-    layout: str  # "full" | "col" | "row" | "scalar" | "cond" (a comparison, pending a where)
-    shape: tuple[int, ...]
-    leaf: str | None = None  # placeholder name, while the value is a view of it
-    transposed: bool = False
 
 
 def _ident(text: str) -> str:
@@ -56,10 +40,6 @@ def _ident(text: str) -> str:
 
 def _dtype(node: Any) -> str:
     return str(node.meta["val"].dtype).removeprefix("torch.")
-
-
-def _shape(node: Any) -> tuple[int, ...]:
-    return tuple(int(d) for d in node.meta["val"].shape)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -699,13 +679,6 @@ class GraphMapper:
 class _Cond:
     value: _Val  # `value > 0` (gt, lt) or `value > 0` with the branches swapped (ge, le)
     kind: str
-
-
-@dataclass(frozen=True)
-class _NoValue:
-    """A secondary result (layer norm's mean, max's indices): reading it is refused."""
-
-    what: str
 
 
 def _dtype_of(v: Any) -> str:

@@ -31,12 +31,12 @@ reductions to one value other than sum and mean, anything that reads a total per
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernelevolve.synth.tuner.ir import REDUCE_OPS, SCAN_OPS, TOTAL_OPS
 
-if TYPE_CHECKING:
-    from kernelevolve.synth.tuner.aten_map import GraphMapper
+# The `aten_map.GraphMapper` that calls in here (it imports this module, so this one names it only).
+GraphMapper = Any
 
 INDEX_DTYPES = ("bool", "int64", "int32", "int16", "int8", "uint8")
 NOT_MINE = object()
@@ -87,7 +87,7 @@ class _Strided:
 
 def total_space(mapper: GraphMapper, gm: Any) -> tuple[int, ...]:
     """The iteration space of a graph whose output has shape []: its largest input's shape."""
-    from kernelevolve.synth.tuner.aten_map import Unsupported, _shape
+    from kernelevolve.synth.tuner.aten_values import Unsupported, _shape
 
     shapes = [_shape(p) for p in gm.graph.nodes if p.op == "placeholder" and p.users]
     shapes = [s for s in shapes if s and s[-1] >= 1]
@@ -104,7 +104,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def visit(m: GraphMapper, name: str, args: list[Any], kw: dict[str, Any], node: Any) -> Any:
-    from kernelevolve.synth.tuner.aten_map import _NoValue, _shape, _Val
+    from kernelevolve.synth.tuner.aten_values import _NoValue, _shape, _Val
 
     n = len(m.o)
     val = node.meta.get("val")
@@ -213,7 +213,7 @@ def _reorder(m: GraphMapper, name: str, args: list[Any], x: Any, val: Any, shape
 def _arange(m: GraphMapper, args: list[Any], kw: dict[str, Any], shape: tuple[int, ...], dtype: str) -> Any:
     """arange(start, end, step) as a tensor the wrapper makes: a leaf, so that a view of it ([1, N]
     or [N, 1]) reads it per column or per row (triu and tril's index masks)."""
-    from kernelevolve.synth.tuner.aten_map import _Val
+    from kernelevolve.synth.tuner.aten_values import _Val
 
     given = [a for a in args if a is not None]
     start, step = (given[0], given[2] if len(given) > 2 else 1) if len(given) > 1 else (0, 1)
@@ -225,7 +225,7 @@ def _arange(m: GraphMapper, args: list[Any], kw: dict[str, Any], shape: tuple[in
 
 
 def _unsupported(why: str) -> Exception:
-    from kernelevolve.synth.tuner.aten_map import Unsupported
+    from kernelevolve.synth.tuner.aten_values import Unsupported
 
     return Unsupported(why)
 
@@ -235,7 +235,7 @@ def _over_all(shape: tuple[int, ...]) -> bool:
 
 
 def _total(m: GraphMapper, name: str, x: Any) -> Any:
-    from kernelevolve.synth.tuner.aten_map import _Val
+    from kernelevolve.synth.tuner.aten_values import _Val
 
     if not m.total:
         raise _unsupported(
@@ -279,7 +279,7 @@ def _norm(m: GraphMapper, args: list[Any], kw: dict[str, Any], shape: tuple[int,
 
 
 def _scan(m: GraphMapper, name: str, args: list[Any], kw: dict[str, Any], shape: tuple[int, ...]) -> Any:
-    from kernelevolve.synth.tuner.aten_map import _Val
+    from kernelevolve.synth.tuner.aten_values import _Val
 
     x, dim = args[0], args[1] if len(args) > 1 else kw.get("dim")
     n = len(m.o)
@@ -306,7 +306,7 @@ def _scan(m: GraphMapper, name: str, args: list[Any], kw: dict[str, Any], shape:
 
 
 def _cat(m: GraphMapper, args: list[Any], shape: tuple[int, ...]) -> Any:
-    from kernelevolve.synth.tuner.aten_map import _Val
+    from kernelevolve.synth.tuner.aten_values import _Val
 
     parts = list(args[0])
     dim = args[1] if len(args) > 1 else 0
@@ -357,7 +357,7 @@ def check(m: GraphMapper) -> None:
 
 def constant(gm: Any, node: Any) -> Any:
     """A tensor constant of the traced graph (`torch.tensor(c)` in the forward) as its value."""
-    from kernelevolve.synth.tuner.aten_map import _Val
+    from kernelevolve.synth.tuner.aten_values import _Val
 
     value = getattr(gm, str(node.target), None)
     if value is None or value.numel() != 1 or value.is_meta or value.dtype.is_complex:

@@ -29,6 +29,10 @@ and in training mode the output does not read the running statistics, so a candi
 buffers unchanged returns the same outputs. Nodes whose only use is a `copy_` into a module buffer
 are skipped for that reason.
 
+Why one module (over 450 lines): the routing (`mapper_for`), `ReduceMapper` and the norms it maps
+share one picture of D, its kept and reduced dims and where each tensor sits in it; split, each
+part would restate it.
+
 Deliberately not here: two reductions over different dims in one graph (a norm followed by a mean
 over other dims), reductions after a matmul, convolution or pooling (a staged pipeline's business:
 a later stage sees the intermediate as a plain input), group norm's dims with a reduction of its own,

@@ -32,6 +32,7 @@ from kernelevolve.synth.tuner.aten_map import (
     GraphMapper,
     Unsupported,
 )
+from kernelevolve.synth.tuner.describe import describe
 from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
 
 # What maps one graph (`GraphMapper` or a factory with its signature that picks a mapper per graph).
@@ -209,8 +210,6 @@ def _fp32_if_intermediate(t: TensorArg, n_inputs: int) -> TensorArg:
 
 
 def _what(g: OpGraph) -> str:
-    from kernelevolve.synth.tuner.trace import describe
-
     return describe(g)
 
 

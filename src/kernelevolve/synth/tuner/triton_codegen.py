@@ -245,10 +245,15 @@ TEMPLATES: dict[str, tuple[str, Builder, Callable[[OpGraph], bool]]] = {
 }
 
 
+def _codegen() -> triton_stages.Codegen:
+    """This module's templates and assembly, as a pipeline's stages are generated with them."""
+    return triton_stages.Codegen(variants, TEMPLATES, _assemble)
+
+
 def variants(graph: OpGraph) -> list[str]:
     """The template names that apply to `graph`, the default first."""
     if graph.pattern == "pipeline":
-        return triton_stages.variants(graph)
+        return triton_stages.variants(graph, _codegen())
     names = [
         name
         for name, (pattern, _, applies) in TEMPLATES.items()
@@ -273,7 +278,7 @@ def generate(
     if precision not in PRECISIONS:
         raise CodegenError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     if graph.pattern == "pipeline":
-        return triton_stages.generate(graph, config, precision, template)
+        return triton_stages.generate(graph, config, precision, template, _codegen())
     options = variants(graph)
     if not options:
         raise CodegenError(f"no Triton template for pattern {graph.pattern!r}")

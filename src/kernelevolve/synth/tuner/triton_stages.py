@@ -20,6 +20,8 @@ running stages concurrently.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kernelevolve.synth.tuner.ir import Generated, OpGraph
@@ -30,23 +32,31 @@ MAX_VARIANTS = 4
 SEPARATOR = "+"
 
 
-def _stage_variants(graph: OpGraph) -> list[list[str]]:
-    from kernelevolve.synth.tuner import triton_codegen
+@dataclass(frozen=True)
+class Codegen:
+    """What a pipeline needs of `triton_codegen` (which passes it, so neither module imports the
+    other): the templates that apply to a graph, the template table, and the file assembly."""
 
+    variants: Callable[[OpGraph], list[str]]
+    templates: dict[str, Any]
+    assemble: Callable[..., str]
+
+
+def _stage_variants(graph: OpGraph, codegen: Codegen) -> list[list[str]]:
     if graph.pattern != "pipeline" or not graph.stages:
         raise CodegenError("a pipeline template given a graph without stages")
     options = []
     for k, stage in enumerate(graph.stages):
-        names = triton_codegen.variants(stage)
+        names = codegen.variants(stage)
         if not names:
             raise CodegenError(f"stage {k + 1} ({stage.pattern}) has no Triton template")
         options.append(names)
     return options
 
 
-def variants(graph: OpGraph) -> list[str]:
+def variants(graph: OpGraph, codegen: Codegen) -> list[str]:
     """The pipeline's templates: every stage's default, then each stage's others, one at a time."""
-    options = _stage_variants(graph)
+    options = _stage_variants(graph, codegen)
     default = [names[0] for names in options]
     out = [SEPARATOR.join(default)]
     for k, names in enumerate(options):
@@ -56,17 +66,15 @@ def variants(graph: OpGraph) -> list[str]:
 
 
 def generate(
-    graph: OpGraph, config: dict[str, Any] | None, precision: str, template: str | None
+    graph: OpGraph, config: dict[str, Any] | None, precision: str, template: str | None, codegen: Codegen
 ) -> Generated:
-    from kernelevolve.synth.tuner import triton_codegen
-
-    options = variants(graph)
+    options = variants(graph, codegen)
     name = template or options[0]
     if name not in options:
         raise CodegenError(
             f"template {name!r} does not apply to this pipeline; choose one of {', '.join(options)}"
         )
-    parts = compose(graph, name.split(SEPARATOR), precision)
+    parts = compose(graph, name.split(SEPARATOR), precision, codegen)
     chosen = dict(parts.defaults)
     for key, value in (config or {}).items():
         if key not in parts.tunables:
@@ -74,14 +82,12 @@ def generate(
         if value not in parts.tunables[key]:
             raise TunablesError(f"{key} = {value!r} is not one of {parts.tunables[key]}")
         chosen[key] = value
-    source = triton_codegen._assemble(graph, name, parts, chosen)
+    source = codegen.assemble(graph, name, parts, chosen)
     return Generated(source=source, template=name, tunables=parts.tunables, config=chosen)
 
 
-def compose(graph: OpGraph, templates: list[str], precision: str) -> Parts:
+def compose(graph: OpGraph, templates: list[str], precision: str, codegen: Codegen) -> Parts:
     """One file's Parts from each stage's template `templates[k]`, renamed apart."""
-    from kernelevolve.synth.tuner import triton_codegen
-
     kernels: list[str] = []
     functions: list[str] = []
     tunables: dict[str, list[int | str]] = {}
@@ -91,9 +97,9 @@ def compose(graph: OpGraph, templates: list[str], precision: str) -> Parts:
     reference_args = forward_args(graph)
     calls = []
     for k, (stage, template) in enumerate(zip(graph.stages, templates, strict=True)):
-        if template not in triton_codegen.variants(stage):
+        if template not in codegen.variants(stage):
             raise CodegenError(f"template {template!r} does not apply to stage {k + 1} ({stage.pattern})")
-        parts = triton_codegen.TEMPLATES[template][1](stage, precision)
+        parts = codegen.templates[template][1](stage, precision)
         prefix = f"s{k}_"
         renamed = {}
         for source in parts.kernels:
