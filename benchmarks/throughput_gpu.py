@@ -17,7 +17,10 @@ recorded, the finish step's re-measurements included); candidates per minute of 
 device is the bench's alone, so this is per device-minute); and, over the evaluations, the median of
 each start-up step a worker took before its candidate (`worker_start`, spawn to ready, and the steps
 `start:device`, `start:spec`, `start:compile_baseline`, `start:reference_outputs`, `start:timer`),
-of how long an evaluation waited for a prepared worker (`worker_wait`) and of its own phases.
+of how long an evaluation waited for a prepared worker (`worker_wait`) and of its own phases; their
+sums; the timeline (`timeline`: the first and last verdict from the bench's start, the steady rate
+between them, the time the device's lease was held per candidate and as a share of the wall time);
+with `--sample-gpu`, the device's utilization as `nvidia-smi` samples it.
 
 Prints one line per variant, then a table; `--out` writes everything as JSON, and beside it each
 variant's workspace database (OUT-VARIANT.db).
@@ -35,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +66,8 @@ def run_variant(
            "--per-device", str(args.per_device), "--workspace", str(work / "ws"), "--json"]  # fmt: skip
     if args.profile_from:  # the device's hardware profile, measured once for every variant
         shutil.copytree(args.profile_from, work / "ws")
+    sampler = GpuSampler() if args.sample_gpu else None
+    started_at = datetime.now(UTC)
     t0 = time.monotonic()
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout, check=False)
@@ -69,6 +75,7 @@ def run_variant(
     except subprocess.TimeoutExpired as exc:  # what was evaluated until then still counts
         rc, stdout, stderr = 124, "", _text(exc.stderr)
     wall = time.monotonic() - t0
+    busy = sampler.stop() if sampler else None
     doc: dict[str, Any] = {}
     try:
         doc = json.loads(stdout)
@@ -78,10 +85,13 @@ def run_variant(
     statuses: dict[str, int] = {}
     db = work / "ws" / "kernelevolve.db"
     evaluations = 0
+    at: list[float] = []  # seconds from the bench's start to each verdict's record
     if db.exists():
         with sqlite3.connect(db) as conn:
-            for status, verdict_json in conn.execute("SELECT status, verdict_json FROM evaluations"):
+            rows_db = conn.execute("SELECT status, verdict_json, created_at FROM evaluations").fetchall()
+            for status, verdict_json, created in rows_db:
                 evaluations += 1
+                at.append((datetime.fromisoformat(created) - started_at).total_seconds())
                 statuses[status] = statuses.get(status, 0) + 1
                 for step, seconds in (json.loads(verdict_json).get("phases") or {}).items():
                     if isinstance(seconds, int | float):
@@ -100,8 +110,58 @@ def run_variant(
         "statuses": statuses,
         "per_minute": round(evaluations / (wall / 60), 1) if wall > 0 else None,
         "medians": {k: round(statistics.median(v), 2) for k, v in sorted(phases.items())},
+        "sums": {k: round(sum(v), 1) for k, v in sorted(phases.items())},
+        **timeline(sorted(at), phases, wall),
+        "gpu_busy": busy,
         "stderr_tail": stderr[-3000:] if rc else "",
     }
+
+
+def timeline(at: list[float], phases: dict[str, list[float]], wall: float) -> dict[str, Any]:
+    """When the verdicts came, and how much of the wall time the device's lease was held for them.
+
+    `first_verdict_s`, `last_verdict_s`: from the bench's start. `steady_per_minute`: verdicts
+    between the first and the last, per minute of that span (the bench's start-up and its last
+    search's tail left out). `lease_held_s`: the sum over evaluations of the phases run under the
+    lease (first run, correctness, timing) and over workers of their reference outputs' time under
+    it (`start:reference_outputs` less its wait), per candidate and as a share of the wall time."""
+    if not at:
+        return {}
+    under = sum(sum(phases.get(k, [])) for k in ("first-run", "correctness", "timing"))
+    refs = sum(a - b for a, b in zip(phases.get("start:reference_outputs", []),
+                                     phases.get("start:reference_outputs_wait", []), strict=False))  # fmt: skip
+    span = at[-1] - at[0]
+    return {
+        "first_verdict_s": round(at[0], 1),
+        "last_verdict_s": round(at[-1], 1),
+        "steady_per_minute": round((len(at) - 1) / (span / 60), 1) if span > 0 else None,
+        "lease_held_s": round(under + refs, 1),
+        "lease_held_per_candidate_s": round((under + refs) / len(at), 2),
+        "lease_held_share": round((under + refs) / wall, 2) if wall > 0 else None,
+    }
+
+
+class GpuSampler:
+    """The device's utilization (`nvidia-smi`, every 200 ms) while a variant's bench runs: the mean,
+    and the share of samples in which a kernel ran."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "200"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+
+    def stop(self) -> dict[str, float] | None:
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=10)
+        samples = [float(x) for line in out.splitlines() for x in line.split(",")[:1] if x.strip().isdigit()]
+        if not samples:
+            return None
+        return {
+            "mean_utilization": round(statistics.mean(samples), 1),
+            "share_busy": round(sum(1 for x in samples if x > 0) / len(samples), 2),
+            "samples": len(samples),
+        }
 
 
 def _text(data: bytes | str | None) -> str:
@@ -139,6 +199,7 @@ def main() -> None:
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for every variant's bench")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per variant's bench")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--sample-gpu", action="store_true", help="sample the GPU's utilization (nvidia-smi)")
     args = ap.parse_args()
     variants = [_variant(v) for v in args.variant] or [("now", str(ROOT / "src"), {})]
     # Measured by the oldest version given: a newer one reads its workspace (its migrations run
@@ -149,8 +210,10 @@ def main() -> None:
         r = run_variant(name, Path(src), args.specs, args, own_env)
         r["variant_env"] = own_env
         results.append(r)
-        print(json.dumps({k: r[k] for k in ("variant", "rc", "wall_s", "evaluations", "per_minute",
-                                            "statuses", "medians")}), flush=True)  # fmt: skip
+        print(json.dumps({k: r.get(k) for k in ("variant", "rc", "wall_s", "evaluations", "per_minute",
+                                                "statuses", "medians", "first_verdict_s", "steady_per_minute",
+                                                "lease_held_per_candidate_s", "lease_held_share", "gpu_busy")}),
+              flush=True)  # fmt: skip
         if r["rc"]:
             print(r["stderr_tail"], file=sys.stderr)
     if args.out:
