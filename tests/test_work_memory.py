@@ -75,3 +75,38 @@ def test_a_specs_lstm_is_not_run_on_meta_and_its_memory_is_counted(tmp_path: Pat
 
     module = next(m for name, m in sys.modules.items() if getattr(m, "__file__", None) == str(path))
     assert module.CALLS == [], module.CALLS  # the probe never ran it
+
+
+def test_the_knowledge_bases_recorders_see_a_recurrent_layer_as_one_op(tmp_path: Path) -> None:
+    """`knowledge.samples.signature` and `knowledge.patterns.aten_ops` record a reference's aten ops on
+    meta: a recurrent layer is one op to them (named after the aten op it calls), not its steps (level
+    3's recurrent nets stalled a bench's start on a GPU host for minutes, recorded step by step). The
+    control: the linear layer after it is recorded as its own ops."""
+    from kernelevolve.knowledge.patterns import aten_ops, spec_pattern
+    from kernelevolve.knowledge.samples import signature
+
+    for layer, name in (("nn.LSTM(16, 32, num_layers=2, batch_first=True)", "lstm"),
+                        ("nn.GRU(16, 32, num_layers=2, batch_first=True, bidirectional=True)", "gru"),
+                        ("nn.RNN(16, 32, batch_first=True, nonlinearity='relu')", "rnn_relu")):  # fmt: skip
+        path = tmp_path / f"{name}.py"
+        path.write_text(
+            "import torch\nimport torch.nn as nn\n\n"
+            "class Model(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            f"        self.rnn = {layer}\n"
+            "        self.fc = nn.Linear(self.rnn.hidden_size * (2 if self.rnn.bidirectional else 1), 10)\n"
+            "    def forward(self, x):\n"
+            "        out = self.rnn(x)[0]\n"
+            "        return self.fc(out[:, -1, :])\n\n"
+            "def get_inputs():\n    return [torch.randn(4, 200, 16)]\n"
+        )
+        spec = load_spec(path)
+        ops = aten_ops(spec)
+        assert ops.count(name) == 1, ops
+        assert "addmm" in ops and "sigmoid" not in ops and "tanh" not in ops, ops
+        assert len(ops) < 10, ops  # 200 steps x layers, decomposed, would be thousands
+        assert spec_pattern(spec) == "recurrent"
+        sig = signature(spec)
+        assert sig is not None
+        assert [op for op, _ in sig[0]].count(name) == 1 and len(sig[0]) < 10, sig[0]

@@ -10,14 +10,17 @@ into a few ops per time step and layer whose meta kernels are Python (level 3's 
 layers, 15-20 s of this project's CPU and a minute of a GPU host's under a bench's load, per probe,
 one problem after another under one interpreter's lock). Its results' shapes follow from its
 configuration and its input's shape (`recurrent_meta`), and they are counted as it returns, with its
-own working memory estimated (`recurrent_work_bytes`).
+own working memory estimated (`recurrent_work_bytes`). The knowledge base's recorders of a
+reference's aten ops (`knowledge.samples`, `knowledge.patterns`) run it on meta the same way
+(`recurrent_as_shapes`): a recurrent layer is one op to them, named after the aten op its forward
+calls (`aten.lstm`, `aten.gru`, `aten.rnn_tanh`, `aten.rnn_relu`), not the steps it decomposes into.
 """
 
 from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -112,8 +115,7 @@ class PeakOfNewTensors:
     @contextlib.contextmanager
     def running(self, model: Any) -> Iterator[PeakOfNewTensors]:
         """Track `model`'s forward run inside this context; its recurrent layers run outside the mode."""
-        import torch
-        from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode_temporarily
+        from torch.utils._python_dispatch import TorchDispatchMode
 
         tracker = self
 
@@ -123,27 +125,50 @@ class PeakOfNewTensors:
                 tracker.track(out, args)
                 return out
 
-        def outside(module: Any, forward: Any) -> Any:
-            def run(*args: Any, **kwargs: Any) -> Any:
-                with _pop_mode_temporarily():
-                    out = recurrent_meta(module, args)
-                    if out is None:
-                        out = forward(*args, **kwargs)
-                tracker.track(_flat(out), args, transient=recurrent_work_bytes(module, out))
-                return out
+        def seen(module: Any, args: tuple[Any, ...], out: Any) -> None:
+            tracker.track(_flat(out), args, transient=recurrent_work_bytes(module, out))
 
-            return run
+        with recurrent_as_shapes(model, seen), Mode():
+            yield self
 
-        modules = model.modules() if isinstance(model, torch.nn.Module) else []
-        recurrent = [m for m in modules if isinstance(m, torch.nn.RNNBase)]
+
+def aten_name(module: Any) -> str:
+    """The aten op a recurrent layer's forward calls (`aten.lstm`, ...)."""
+    kind = type(module).__name__ if type(module).__name__ in ("LSTM", "GRU") else "RNN"
+    if kind == "RNN":
+        return "rnn_relu" if getattr(module, "nonlinearity", "tanh") == "relu" else "rnn_tanh"
+    return kind.lower()
+
+
+@contextlib.contextmanager
+def recurrent_as_shapes(model: Any, seen: Callable[[Any, tuple[Any, ...], Any], None]) -> Iterator[None]:
+    """Inside this context each recurrent layer of `model` (an nn.Module), called on meta tensors,
+    returns `recurrent_meta`'s results without running, outside any dispatch mode that is active;
+    `seen(layer, args, out)` is told of each call. Given anything else (real tensors, a packed
+    sequence), a layer runs as it would, also outside the modes, and `seen` is told too."""
+    import torch
+    from torch.utils._python_dispatch import _pop_mode_temporarily
+
+    def outside(module: Any, forward: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with _pop_mode_temporarily():
+                out = recurrent_meta(module, args)
+                if out is None:
+                    out = forward(*args, **kwargs)
+            seen(module, args, out)
+            return out
+
+        return run
+
+    modules = model.modules() if isinstance(model, torch.nn.Module) else []
+    recurrent = [m for m in modules if isinstance(m, torch.nn.RNNBase)]
+    for m in recurrent:
+        m.forward = outside(m, m.forward)  # an instance attribute, removed below
+    try:
+        yield
+    finally:
         for m in recurrent:
-            m.forward = outside(m, m.forward)  # an instance attribute, removed below
-        try:
-            with Mode():
-                yield self
-        finally:
-            for m in recurrent:
-                del m.forward
+            del m.forward
 
 
-__all__ = ["PeakOfNewTensors", "recurrent_work_bytes"]
+__all__ = ["PeakOfNewTensors", "aten_name", "recurrent_as_shapes", "recurrent_work_bytes"]

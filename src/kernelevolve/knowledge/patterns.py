@@ -8,6 +8,8 @@ costs no device time and no memory: tensors on `meta` have shapes only.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kernelevolve.spec import (
     ShapeSpec,
     Spec,
@@ -16,8 +18,10 @@ from kernelevolve.spec import (
     import_spec_module,
     smallest_shape,
 )
+from kernelevolve.work_memory import aten_name, recurrent_as_shapes
 
 RULES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("recurrent", frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})),  # one op each (`work_memory`)
     ("attention", frozenset({"_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
                              "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
                              "_scaled_dot_product_cudnn_attention"})),
@@ -73,7 +77,11 @@ def _record(spec: Spec, device: str, shape: ShapeSpec) -> list[str]:
         torch.manual_seed(0)
         inputs = call_get_inputs(spec, module, shape)
         model = module.Model(*call_get_init_inputs(spec, module, shape))
-    with Recorder(), torch.no_grad():
+
+    def recurrent(layer: Any, args: tuple[Any, ...], out: Any) -> None:  # one op, not its steps
+        ops.append(aten_name(layer))
+
+    with recurrent_as_shapes(model, recurrent), Recorder(), torch.no_grad():
         model(*inputs)
     return ops
 

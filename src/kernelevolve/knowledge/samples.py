@@ -35,6 +35,7 @@ from kernelevolve.spec import (
     load_spec,
     smallest_shape,
 )
+from kernelevolve.work_memory import aten_name, recurrent_as_shapes
 
 Signature = tuple[Any, ...]
 _CACHE: dict[tuple[str, str], Signature | None] = {}
@@ -89,7 +90,11 @@ def _record(spec: Spec, device: str) -> Signature:
         inputs = call_get_inputs(spec, module, shape)
         init = call_get_init_inputs(spec, module, shape)
         model = module.Model(*init)
-    with Recorder(), torch.no_grad():
+
+    def recurrent(layer: Any, args: tuple[Any, ...], out: Any) -> None:  # one op, not its steps
+        ops.append((aten_name(layer), _modes((layer.bidirectional, layer.batch_first, layer.bias), {})))
+
+    with recurrent_as_shapes(model, recurrent), Recorder(), torch.no_grad():
         model(*inputs)
     described = tuple(
         ("tensor", str(x.dtype), x.dim()) if isinstance(x, torch.Tensor) else (type(x).__name__,)
