@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,11 +70,8 @@ def run_variant(
     sampler = GpuSampler() if args.sample_gpu else None
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
-    try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout, check=False)
-        rc, stdout, stderr = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired as exc:  # what was evaluated until then still counts
-        rc, stdout, stderr = 124, "", _text(exc.stderr)
+    rc, stdout, progress = _run_timed(cmd, env, args.timeout, t0)
+    stderr = "\n".join(line for _, line in progress)
     wall = time.monotonic() - t0
     busy = sampler.stop() if sampler else None
     doc: dict[str, Any] = {}
@@ -113,6 +111,8 @@ def run_variant(
         "sums": {k: round(sum(v), 1) for k, v in sorted(phases.items())},
         **timeline(sorted(at), phases, wall),
         "gpu_busy": busy,
+        # the bench's progress lines, seconds from its start: where its start-up went
+        "progress": [[round(t, 1), line[:160]] for t, line in progress[:400]],
         "stderr_tail": stderr[-3000:] if rc else "",
     }
 
@@ -164,8 +164,36 @@ class GpuSampler:
         }
 
 
-def _text(data: bytes | str | None) -> str:
-    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
+def _run_timed(
+    cmd: list[str], env: dict[str, str], timeout: float, t0: float
+) -> tuple[int, str, list[tuple[float, str]]]:
+    """Run the bench; its stdout, and each line of its stderr (progress) with the seconds since `t0`
+    it came at. Cut off at `timeout`: rc 124 and what was printed until then."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    progress: list[tuple[float, str]] = []
+    out: list[str] = []
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            progress.append((time.monotonic() - t0, line.rstrip()))
+
+    def read_out() -> None:
+        assert proc.stdout is not None
+        out.append(proc.stdout.read())
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_err, read_out)]
+    for r in readers:
+        r.start()
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:  # what was evaluated until then still counts
+        proc.kill()
+        proc.wait()
+        rc = 124
+    for r in readers:
+        r.join(timeout=10)
+    return rc, "".join(out) if rc != 124 else "", progress
 
 
 def measure_profile(src: Path, extra_env: dict[str, str]) -> Path:
