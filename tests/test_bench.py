@@ -114,6 +114,11 @@ def test_delivered_speedup_is_shape_weighted_and_never_below_the_reference() -> 
     assert delivered(summary, "compile") == pytest.approx((0.5 * 5 + 0.5 * 200) / (0.5 * 10 + 0.5 * 100))
     summary["dispatch"]["l"]["node"] = None
     assert delivered(summary, "eager") == pytest.approx(1.0)
+    # Where torch.compile ran the reference faster, the module runs it compiled: never below 1.00x vs compile.
+    for e in summary["dispatch"].values():
+        e["fallback"] = "compile"
+    assert delivered(summary, "compile") == pytest.approx(1.0)
+    assert delivered(summary, "eager") == pytest.approx((0.5 * 10 + 0.5 * 400) / (0.5 * 5 + 0.5 * 200))
 
 
 def test_reward_is_zero_for_failures_and_grows_with_speedup() -> None:

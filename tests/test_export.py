@@ -517,3 +517,61 @@ def test_labels_cannot_break_the_generated_module(tmp_path: Path) -> None:
     # exporting again replaces the package it wrote
     export_dispatch(spec, {}, tmp_path / "out")
     assert not list(pkg.glob("variant_*.py"))
+
+
+def test_a_compiled_row_runs_the_reference_through_torch_compile(tmp_path: Path) -> None:
+    """Where torch.compile ran the reference faster than eager (and no kernel beat it), the package
+    runs the reference compiled there: compiled once per model on first use, at any input shape of
+    that row (no guards), the reference eagerly elsewhere; where compiling fails, one warning and eager
+    from then on; the model still pickles after a compiled call. The control: the eager row never
+    compiles."""
+    spec = load_spec(EXAMPLES / "softmax" / "spec.py")
+    pkg = export_dispatch(spec, {}, tmp_path / "out", "compiled_pkg", compiled=["decode"])
+    doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text())) or ""
+    assert "| decode | (float32[256, 1024]) | compiled | - | - |" in doc
+    assert "| wide | (float32[1024, 8192]) | reference | - | - |" in doc
+    out = run_script(
+        tmp_path,
+        """
+        import io, json, pickle, warnings
+        import torch
+
+        made = []
+
+        def fake_compile(fn, **kw):  # torch.compile's contract, without inductor's minutes on a CPU
+            def run(*a, **k):
+                made[-1][1] += 1
+                if FAIL:
+                    raise RuntimeError("no compiler")
+                return fn(*a, **k)
+            made.append([fn, 0])
+            return run
+
+        torch.compile = fake_compile
+        FAIL = False
+        import compiled_pkg as w
+
+        model = w.ModelNew()
+        x, big, odd = torch.randn(256, 1024), torch.randn(1024, 8192), torch.randn(200, 1000)
+        picked = [w.choose(x), w.choose(big), model.choose(odd)]
+        err = max((model(t) - torch.softmax(t, -1)).abs().max().item() for t in (x, x, big, odd))
+        calls = [m[1] for m in made]
+        again = pickle.loads(pickle.dumps(model))
+        again_ok = torch.allclose(again(x), torch.softmax(x, -1), atol=1e-6)
+        FAIL = True
+        broken = w.ModelNew()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            e1 = (broken(x) - torch.softmax(x, -1)).abs().max().item()
+            e2 = (broken(x) - torch.softmax(x, -1)).abs().max().item()
+        print(json.dumps({"picked": picked, "err": err, "calls": calls, "again_ok": again_ok,
+                          "made": len(made), "after_fail": [m[1] for m in made], "e": max(e1, e2),
+                          "warned": [str(c.message) for c in caught]}))
+        """,
+    )
+    assert out["picked"] == ["compiled", "reference", "compiled"]
+    assert out["err"] < 1e-5
+    assert out["calls"] == [3]  # one compiled function for the model: x twice and odd; big ran eagerly
+    assert out["again_ok"] and out["made"] == 3  # the pickled copy compiled its own on first use
+    assert out["after_fail"][-1] == 1  # the failing compile was tried once, then eager
+    assert out["e"] < 1e-5 and len(out["warned"]) == 1 and "runs eagerly" in out["warned"][0]

@@ -238,6 +238,26 @@ def test_dispatch_uses_a_kernel_only_where_it_beats_eager_beyond_the_noise() -> 
     assert table["noisy"]["node"] is None and table["noisy"]["candidate_node"] == 7  # +4% inside a 5% spread
     assert table["trap"]["node"] is None
     assert table["unseen"] == {"node": None}
+    assert table["fast"]["fallback"] == "compile" and table["trap"]["fallback"] == "eager"
+
+
+def test_dispatch_falls_back_to_the_compiled_reference_where_it_beats_eager() -> None:
+    """Where torch.compile ran the reference faster than eager beyond the noise, a kernel must beat
+    the compiled reference to be dispatched, and the fallback is the compiled reference."""
+    from kernelevolve.search.tools import dispatch_table
+
+    finals = {
+        # 1.5x faster than eager, slower than torch.compile: the compiled reference runs
+        3: _final([("beaten", 100.0, 150.0, 80.0, 0.01)]),
+        # faster than both: the kernel
+        4: _final([("wins", 60.0, 150.0, 80.0, 0.01)]),
+        # torch.compile 1% faster than eager, inside a 3% spread: eager stays the fallback
+        5: _final([("tie", 100.0, 150.0, 148.5, 0.03)]),
+    }
+    table = dispatch_table(["beaten", "wins", "tie"], {"beaten": 3, "wins": 4, "tie": 5}, finals, 0.01)
+    assert table["beaten"]["node"] is None and table["beaten"]["fallback"] == "compile"
+    assert table["wins"]["node"] == 4 and table["wins"]["fallback"] == "compile"
+    assert table["tie"]["node"] == 5 and table["tie"]["fallback"] == "eager"
 
 
 @pytest.mark.parametrize("budget", [1, 2, 3])

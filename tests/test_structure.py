@@ -87,7 +87,14 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # import its own package, its layer's others (no loop between them: the test below) and lower layers.
 LAYERS = [
     ["errors", "pyast", "config"],  # leaves
-    ["spec", "roofline", "tunables", "native", "integrity", "work_memory"],  # values; the harness's self-check
+    [
+        "spec",
+        "roofline",
+        "tunables",
+        "native",
+        "integrity",
+        "work_memory",
+    ],  # values; the harness's self-check
     ["store", "report", "export", "export_native", "export_runtime"],  # the workspace; exports of it
     ["platforms"],  # devices, their profiles and timers
     ["evaluate"],  # the harness

@@ -181,7 +181,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
                 fmt_x(s["speedup_vs_compile"]),
                 "-" if best is None else f"{fmt_x(best)} ({s.get('best_baseline')})",
                 "-" if s["roofline_fraction"] is None else f"{s['roofline_fraction']:.0%}",
-                s["dispatch"] if s["dispatch"] == "reference" else f"node {s['node']}",
+                s["dispatch"] if s["dispatch"] != "kernel" else f"node {s['node']}",
             )  # fmt: skip
         out.print(t)
     for flag in summary.get("flags") or []:

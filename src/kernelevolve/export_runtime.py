@@ -14,7 +14,10 @@ The rule, for one call `model(*args, **kwargs)`:
 3. The row: the measured shape with exactly that key, else the nearest measured shape of the same
    structure (same argument kinds, tensor ranks and dtypes, equal scalars), by the sum of
    |log(size ratio)| over dimensions; ties go to the spec's order. No row of that structure: reference.
-4. A row that the reference won runs the reference. A row that a variant won runs the variant only if
+4. A row that the reference won runs the reference: eagerly, or through `torch.compile` where the
+   harness measured the compiled reference faster than eager at that shape (a `compiled` row; compiled
+   once per model on first use; where compiling fails it warns once and runs eagerly from then on).
+   A row that a variant won runs the variant only if
    the variant's guards accept the call (`accepts`), and the reference otherwise. The guards are derived
    from the shapes the variant was verified correct on (one guard per structure):
    - each dimension that took one value on every verified shape is pinned to it (the kernel may have
@@ -44,6 +47,7 @@ range guards make that rare, not impossible); it does not cast inputs.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import math
@@ -55,6 +59,7 @@ import torch
 import torch.nn as nn
 
 REFERENCE = "reference"
+COMPILED = "compiled"  # the reference, through torch.compile
 
 
 def input_key(inputs: Sequence[Any], device_type: str | None = None) -> tuple[Any, ...] | None:
@@ -183,10 +188,14 @@ def route(
     flat: list[Any] | None,
     device_type: str | None,
 ) -> dict[str, Any] | None:
-    """The row whose variant runs these (bound) inputs, or None for the reference (no autograd check).
-    `variants` maps the variants available to their metadata (with "guards")."""
+    """The row whose variant (or compiled reference) runs these (bound) inputs, or None for the
+    reference run eagerly (no autograd check). `variants` maps the variants available to their
+    metadata (with "guards"). A compiled row needs no guard: torch.compile computes the reference at
+    any shape, as the reference does."""
     key = input_key(flat, device_type) if flat is not None else None
     row = nearest_row(rows, key) if key is not None else None
+    if row is not None and row["target"] == COMPILED:
+        return row
     if row is None or row["target"] not in variants:
         return None
     assert key is not None and flat is not None
@@ -281,6 +290,7 @@ def make_model_class(
             self.__dict__["_kernelevolve_variants"] = built
             self.__dict__["_kernelevolve_guards"] = guards
             self.__dict__["_kernelevolve_cache"] = {}  # (key, layout) -> row or None
+            self.__dict__["_kernelevolve_compiled"] = None  # the reference through torch.compile, once used
             self.register_load_state_dict_post_hook(_retie_hook)
 
         @property
@@ -313,8 +323,32 @@ def make_model_class(
                 variant.train(mode)
             return self
 
+        def __getstate__(self) -> dict[str, Any]:
+            """Pickled (torch.save of the whole model, deepcopy) without its compiled reference, which is
+            made again on first use."""
+            state = dict(self.__dict__)
+            if state.get("_kernelevolve_compiled") is not False:
+                state["_kernelevolve_compiled"] = None
+            return state
+
+        def _kernelevolve_run_compiled(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+            """The reference through torch.compile (made on first use); eager where it cannot compile."""
+            compiled = self.__dict__.get("_kernelevolve_compiled")
+            if compiled is False:  # compiling failed once: eager from then on
+                return base.forward(self, *args, **kwargs)
+            if compiled is None:
+                compiled = torch.compile(functools.partial(base.forward, self))
+                self.__dict__["_kernelevolve_compiled"] = compiled
+            try:
+                return compiled(*args, **kwargs)
+            except Exception as exc:  # no compiler here, an unsupported op: the reference, as measured
+                self.__dict__["_kernelevolve_compiled"] = False
+                warnings.warn(f"{package}: torch.compile of the reference failed, it runs eagerly instead: "
+                              f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=3)  # fmt: skip
+                return base.forward(self, *args, **kwargs)
+
         def choose(self, *args: Any, **kwargs: Any) -> str:
-            """The module that runs this call in this model: "reference" or a variant's name."""
+            """What runs this call in this model: "reference", "compiled" or a variant's name."""
             row = self._kernelevolve_route(args, kwargs)[0]
             return REFERENCE if row is None else str(row["target"])
 
@@ -337,7 +371,7 @@ def make_model_class(
                     if len(cache) >= 4096:
                         cache.clear()
                     cache[key, layout] = row
-            if row is not None and torch.is_grad_enabled():
+            if row is not None and row["target"] != COMPILED and torch.is_grad_enabled():
                 tensors = [x for x in flat or () if isinstance(x, torch.Tensor)]
                 if any(t.requires_grad for t in tensors) or any(p.requires_grad for p in self.parameters()):
                     row = None  # the kernel's backward was never verified
@@ -345,6 +379,8 @@ def make_model_class(
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
             row, flat = self._kernelevolve_route(args, kwargs)
+            if row is not None and row["target"] == COMPILED:
+                return self._kernelevolve_run_compiled(args, kwargs)
             if row is None:
                 return super().forward(*args, **kwargs)
             # The harness called the variant with get_inputs()'s positional list; the bound arguments

@@ -143,7 +143,7 @@ class FinishStep:
         evaluated = tree.evaluated()
         measured = final if final is not None and final.ok else None
         # Per shape, what the export runs there and the re-measurement it was chosen on: the dispatch's
-        # kernel (or the reference, where no kernel beat eager beyond the noise) with its figures.
+        # kernel (or the reference, eager or compiled, where no kernel beat it beyond the noise) with its figures.
         shapes = []
         for name, entry in dispatch.items():
             if entry.get("candidate_node") is None:
@@ -153,7 +153,8 @@ class FinishStep:
                 **{k: entry.get(k) for k in ("weight", "correct", "time_us", "eager_us", "compile_us",
                                              "best_baseline", "speedup_vs_best", "speedup_vs_eager",
                                              "speedup_vs_compile", "roofline_fraction", "bound")},
-                "dispatch": "kernel" if entry.get("node") else "reference",
+                "dispatch": "kernel" if entry.get("node") else
+                            "reference (compiled)" if entry.get("fallback") == "compile" else "reference",
             })  # fmt: skip
         shown = measured or final
         method = shown.method if shown is not None else None
@@ -206,7 +207,7 @@ class FinishStep:
         }
 
     def _export(self, tree: Tree, dispatch: dict[str, dict[str, Any]]) -> str | None:
-        from kernelevolve.export import export_dispatch, variants_from_dispatch
+        from kernelevolve.export import compiled_from_dispatch, export_dispatch, variants_from_dispatch
 
         # Each winner runs where its guards (derived from the shapes it was verified correct on) allow.
         variants, speedups, verified = variants_from_dispatch(
@@ -215,7 +216,8 @@ class FinishStep:
         device_type = "cuda" if self.ctx.platform.name in ("cuda", "rocm") else "cpu"
         try:
             path = export_dispatch(self.ctx.spec, variants, self.ctx.out_dir, speedups=speedups,
-                                   device_type=device_type, verified=verified)  # fmt: skip
+                                   device_type=device_type, verified=verified,
+                                   compiled=compiled_from_dispatch(dispatch))  # fmt: skip
         except KernelevolveError as exc:  # e.g. two shapes the inputs cannot tell apart
             self.emit("export_failed", {"error": exc.message})
             return None

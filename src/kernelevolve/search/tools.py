@@ -120,11 +120,13 @@ class RunLock:
 def dispatch_table(
     shapes: list[str], winners: dict[str, int], finals: dict[int, Verdict], min_gain: float
 ) -> dict[str, dict[str, Any]]:
-    """Per shape: the re-measured winner where it beats eager beyond the noise, else the reference
-    (the export falls back to the spec's Model, run eagerly, so this choice is made against eager
-    whatever the run's fitness baseline). Each entry: node (or None), the winner considered, its
-    speedups (vs eager, compile and the best baseline, named), its and the baselines' times (in the
-    same measurement), roofline fraction."""
+    """Per shape: the re-measured winner where it beats the reference's faster form beyond the noise,
+    else that form (`fallback`): the spec's Model run eagerly, or compiled by torch.compile where that
+    was faster beyond the noise in the same measurement (the export then runs the reference through
+    torch.compile at that shape). The choice is made against the fallback whatever the run's fitness
+    baseline. Each entry: node (or None), the winner considered, the fallback, its speedups (vs eager,
+    compile and the best baseline, named), its and the baselines' times (in the same measurement),
+    roofline fraction."""
     out: dict[str, dict[str, Any]] = {}
     for shape in shapes:
         entry: dict[str, Any] = {"node": None}
@@ -132,11 +134,21 @@ def dispatch_table(
         v = finals.get(node_id) if node_id is not None else None
         s = next((x for x in v.shapes if x.name == shape), None) if v is not None and v.ok else None
         if s is not None and s.candidate is not None:
-            sp = s.speedup_vs_eager
-            noise = max(s.candidate.spread, s.eager.spread if s.eager else 0.0, min_gain)
+            fallback, base = "eager", s.eager
+            if s.compile is not None and s.eager is not None:
+                apart = max(s.compile.spread, s.eager.spread, min_gain)
+                if s.compile.median_s * (1 + apart) < s.eager.median_s:
+                    fallback, base = "compile", s.compile
+            sp = (
+                base.median_s / s.candidate.median_s
+                if base is not None and s.candidate.median_s > 0
+                else None
+            )
+            noise = max(s.candidate.spread, base.spread if base else 0.0, min_gain)
             entry = {
                 "node": node_id if sp is not None and sp > 1 + noise else None,
                 "candidate_node": node_id,
+                "fallback": fallback,
                 "weight": s.weight,
                 "correct": s.correct,
                 "time_us": s.candidate.median_s * 1e6,
