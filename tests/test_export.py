@@ -575,3 +575,47 @@ def test_a_compiled_row_runs_the_reference_through_torch_compile(tmp_path: Path)
     assert out["again_ok"] and out["made"] == 3  # the pickled copy compiled its own on first use
     assert out["after_fail"][-1] == 1  # the failing compile was tried once, then eager
     assert out["e"] < 1e-5 and len(out["warned"]) == 1 and "runs eagerly" in out["warned"][0]
+
+
+BUILT_CUDA_CHECK = """
+import importlib.util, json, warnings
+import torch
+import kernelevolve_winner as w
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    model = w.ModelNew().cuda()
+res = {"kernelevolve": importlib.util.find_spec("kernelevolve") is not None,
+       "warnings": [str(c.message) for c in caught], "variants": list(model.kernelevolve_variants)}
+with torch.no_grad():
+    for name, shape in {"wide": (1024, 8192), "decode": (256, 1024)}.items():
+        x = torch.randn(shape, device="cuda")
+        res[name] = [model.choose(x), (model(x) - torch.softmax(x, dim=-1)).abs().max().item() < 1e-5]
+torch.cuda.synchronize()
+res["launches"] = w._kernelevolve_native.launch_count()
+print(json.dumps(res))
+"""
+
+
+@pytest.mark.gpu
+def test_built_package_runs_a_cuda_variant_without_kernelevolve_or_nvcc(tmp_path: Path) -> None:
+    """`export --build` on a GPU host: the CUDA variant's library is prebuilt into the package, which
+    then runs it where neither kernelevolve nor nvcc nor a compiler is found, with an empty build cache.
+    The control: the same package without --build warns there and runs the reference."""
+    from tests.gpu_candidates import CUDA_CPP
+
+    spec = load_spec(EXAMPLES / "softmax" / "spec.py")
+    for out, build in (("built", True), ("source", False)):
+        export_dispatch(spec, {"wide": (CUDA_CPP, "cuda")}, tmp_path / out, device_type="cuda", build=build)
+    pkg = tmp_path / "built" / "kernelevolve_winner"
+    assert len(list((pkg / "_native").glob("*.so"))) == 1
+    deploy = {"CC": str(tmp_path / "no-cc"), "CXX": str(tmp_path / "no-cxx"), "NVCC": str(tmp_path / "no-nvcc"),
+              "KERNELEVOLVE_NATIVE_CACHE": str(tmp_path / "cache")}  # fmt: skip
+    variant = next(p.stem for p in pkg.glob("variant_*.py"))
+    out = run_script(tmp_path, BUILT_CUDA_CHECK, "built", bare=True, env=deploy)
+    assert not out["kernelevolve"] and out["warnings"] == [], out
+    assert out["variants"] == [variant] and out["wide"] == [variant, True] and out["launches"] == 1
+    assert out["decode"] == ["reference", True]
+    out = run_script(tmp_path, BUILT_CUDA_CHECK, "source", bare=True, env=deploy)
+    assert out["variants"] == [] and out["launches"] == 0 and out["warnings"], out
+    assert out["wide"] == ["reference", True]
