@@ -21,6 +21,13 @@ def test_kb_cli_search_add_list_show(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     found = cli("kb", "search", "memory bound row reduction hopper", "--json", ws=ws)
     assert found.returncode == 0, found.stderr
+    # reading the shipped documents creates no workspace; `kb add` (the control) does
+    assert not ws.exists()
+    assert cli("kb", "show", "constraints/valid-candidate", ws=ws).returncode == 0 and not ws.exists()
+    assert "constraints/valid-candidate" in [
+        d["id"] for d in json.loads(cli("kb", "list", "--json", ws=ws).stdout)
+    ]
+    assert not ws.exists()
     results = json.loads(found.stdout)["results"]
     assert results and results[0]["score"] > 0 and {"id", "title", "category", "text"} <= set(results[0])
     manuals = tmp_path / "manuals"

@@ -8,8 +8,11 @@ one, and refuse a workspace that does not exist.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -41,16 +44,28 @@ app.add_typer(skills_app, name="skills")
 
 
 def _with_kb(
-    workspace: Path | None, work: Callable[[Any, Any], T], as_json: bool = False, existing: bool = False
+    workspace: Path | None,
+    work: Callable[[Any, Any], T],
+    as_json: bool = False,
+    existing: bool = False,
+    reading: bool = False,
 ) -> T:
     """Open the workspace and its knowledge base and run `work(ws, kb)`; a library error becomes the
-    CLI's error message and exit code. `existing`: refuse a workspace that is not there."""
+    CLI's error message and exit code. `existing`: refuse a workspace that is not there. `reading`:
+    the command only reads the knowledge base (search, list, show), so where no workspace is there it
+    reads the shipped documents from a throwaway one instead of creating ./.kernelevolve."""
     from kernelevolve.knowledge.index import KnowledgeBase
     from kernelevolve.store import Workspace
+    from kernelevolve.store.workspace import DB_NAME
 
     try:
         settings = settings_for(workspace, existing=existing)
-        with Workspace.open(settings.workspace) as ws:
+        with contextlib.ExitStack() as stack:
+            root = settings.workspace
+            if reading and not (root / DB_NAME).is_file():
+                root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kernelevolve-kb-")))
+                settings = dataclasses.replace(settings, workspace=root)
+            ws = stack.enter_context(Workspace.open(root))
             return work(ws, KnowledgeBase.for_settings(ws, settings))
     except KernelevolveError as exc:
         fail(exc, as_json)
@@ -87,6 +102,7 @@ def kb_search(
             query, platform=platform, limit=limit, **({"target": target} if target else {})
         ),
         as_json,
+        reading=True,
     )
     if as_json:
         _dump({"query": query, "results": [{"id": h.doc.id, "title": h.doc.title, "category": h.doc.category,
@@ -144,7 +160,7 @@ def kb_list(
     as_json: JsonOpt = False,
 ) -> None:
     """List indexed documents."""
-    docs = _with_kb(workspace, lambda ws, kb: kb.listing(platform, category), as_json)
+    docs = _with_kb(workspace, lambda ws, kb: kb.listing(platform, category), as_json, reading=True)
     if as_json:
         _dump([{k: v for k, v in d.to_dict().items() if k != "body"} for d in docs])
         return
@@ -163,7 +179,7 @@ def kb_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Print one document."""
-    found = _with_kb(workspace, lambda ws, kb: kb.get(doc), as_json)
+    found = _with_kb(workspace, lambda ws, kb: kb.get(doc), as_json, reading=True)
     if found is None:
         fail(
             KernelevolveError(
