@@ -158,3 +158,19 @@ def test_reverify_evaluates_the_imported_kernels_in_this_harness(tmp_path: Path)
     assert doc["summary"]["reverified"] == 2 and doc["summary"]["reverified_correct"] == 1
     with Workspace.open(settings.workspace) as ws:
         assert bench_document(ws, doc["bench_id"])["results"] == doc["results"]
+
+
+def test_benches_list_names_an_imported_bench_by_its_source(tmp_path: Path) -> None:
+    """An imported bench has no track, synthesizer or budget of ours: `benches list` names its source
+    instead of empty columns."""
+    from typer.testing import CliRunner
+
+    from kernelevolve.cli import app
+
+    settings = replace(cpu_settings(tmp_path), workspace=tmp_path / "ws")
+    import_kernelbench(LEVEL, RUN, settings)
+    shown = CliRunner().invoke(
+        app, ["benches", "list", "--workspace", str(tmp_path / "ws")], env={"COLUMNS": "200"}
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "imported: made_up_run" in shown.output and "None" not in shown.output

@@ -306,8 +306,21 @@ def benches_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> No
         t.add_column(col)
     for r in rows:
         c = r["config"]
-        t.add_row(r["bench_id"], r["created_at"][:19], escape(r["dir"]), str(c.get("track")),
-                  str(c.get("synthesizer")), str(c.get("budget")), f"{r['done']}/{r['items']}", r["status"])  # fmt: skip
+        if c.get("imported"):  # another system's results: no track, synthesizer or budget of ours
+            source = f"imported: {c.get('source') or c.get('format')}" + (
+                " (re-verified)" if c.get("reverified") else ""
+            )
+            cells = ["-", escape(str(source)), "-"]
+        else:
+            cells = [str(c.get("track")), str(c.get("synthesizer")), str(c.get("budget"))]
+        t.add_row(
+            r["bench_id"],
+            r["created_at"][:19],
+            escape(r["dir"]),
+            *cells,
+            f"{r['done']}/{r['items']}",
+            r["status"],
+        )
     out.print(t)
 
 
