@@ -175,13 +175,13 @@ def gather(run: dict[str, Any], nodes: Sequence[dict[str, Any]]) -> Facts:
         header=_header(run, method, baseline),
         headline=_headline(best, final, baseline, run if run.get("final") else None),
         final_from=final_from,
-        shape_rows=[_shape_row(_dict(s)) for s in final.get("shapes") or []],
+        shape_rows=[shape_row(_dict(s)) for s in final.get("shapes") or []],
         baseline=baseline,
         curve=curve,
         improvements=_improvements(curve),
         best=best,
         best_path=path,
-        node_rows=[(n.get("id", -1), _node_row(n)) for n in nodes],
+        node_rows=[(n.get("id", -1), node_row(n)) for n in nodes],
         diffs=_diffs(best, path, nodes),
         costs=_costs(run, nodes),
         counts=sorted(Counter(node_status(n) for n in nodes).items(), key=lambda kv: (-kv[1], kv[0])),
@@ -268,7 +268,8 @@ def _headline(
     ]
 
 
-def _shape_row(s: dict[str, Any]) -> list[str]:
+def shape_row(s: dict[str, Any]) -> list[str]:
+    """One verdict shape's cells under `SHAPE_COLUMNS` (the report's table; the live view's too)."""
     return [
         str(s.get("name") or "-"),
         fmt_num(s.get("weight"), 2),
@@ -307,7 +308,8 @@ def _improvements(points: list[CurvePoint]) -> list[tuple[int, int, float]]:
     return out
 
 
-def _node_row(n: dict[str, Any]) -> list[str]:
+def node_row(n: dict[str, Any]) -> list[str]:
+    """One node's cells under `NODE_COLUMNS` (the report's table; the live view's too)."""
     parent = "-" if n.get("parent") is None else str(n["parent"])
     if n.get("parent2") is not None:
         parent += f" + {n['parent2']}"

@@ -18,11 +18,11 @@ from kernelevolve.report.fmt import finite, fmt_duration, fmt_x, one_line
 from kernelevolve.report.render import (
     NODE_COLUMNS,
     SHAPE_COLUMNS,
-    _node_row,
-    _shape_row,
     find_best,
     gather,
+    node_row,
     render_html,
+    shape_row,
 )
 from kernelevolve.report.svg import curve_svg, node_status, tree_svg
 from kernelevolve.store import Workspace
@@ -66,37 +66,22 @@ class LiveView:
 
     # -- change detection -------------------------------------------------------------------------
 
-    def _stamp(self, sql: str, params: tuple[Any, ...]) -> str:
-        row = self.ws._rows(sql, params)[0]  # a hash: short, and safe in a URL as it is
-        return hashlib.sha256("|".join(str(v) for v in row.values()).encode()).hexdigest()[:16]
+    @staticmethod
+    def _stamp(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()[:16]  # a hash: short, and safe in a URL as it is
 
     def run_stamp(self, run_id: str) -> str:
         """Changes whenever the run or any of its nodes is written (every write sets `updated_at`)."""
-        return self._stamp(
-            "SELECT (SELECT updated_at FROM runs WHERE id = ?) AS r, count(*) AS n, max(updated_at) AS u "
-            "FROM nodes WHERE run_id = ?",
-            (run_id, run_id),
-        )
+        return self._stamp(self.ws.change_token(run_id))
 
     def list_stamp(self) -> str:
-        return self._stamp(
-            "SELECT (SELECT count(*) || '@' || max(updated_at) FROM runs) AS r, "
-            "(SELECT count(*) || '@' || max(updated_at) FROM nodes) AS n, "
-            "(SELECT count(*) || '@' || max(updated_at) FROM benches) AS b, "
-            "(SELECT count(*) || '@' || max(updated_at) FROM bench_items) AS i",
-            (),
-        )
+        return self._stamp(self.ws.change_token())
 
     # -- the runs list ----------------------------------------------------------------------------
 
     def runs(self) -> dict[str, Any]:
-        best = {
-            r["run_id"]: r["best"]
-            for r in self.ws._rows(
-                "SELECT run_id, max(CASE WHEN status = 'ok' THEN fitness END) AS best FROM nodes GROUP BY run_id"
-            )
-        }
-        names = {r["fingerprint"]: r["name"] for r in self.ws._rows("SELECT fingerprint, name FROM specs")}
+        best = self.ws.best_fitness_by_run()
+        names = self.ws.spec_names()
         runs = []
         for r in self.ws.runs(limit=500):
             counts = r.get("nodes") or {}
@@ -128,11 +113,11 @@ class LiveView:
         """The run's row and nodes as `write_report` takes them: what the end of a search writes,
         from what the store holds now (a running search has no summary yet)."""
         run = self.ws.run(run_id)
-        spec = self.ws._rows("SELECT name FROM specs WHERE fingerprint = ?", (run["spec_fingerprint"],))
+        name = self.ws.spec_names().get(run["spec_fingerprint"])
         summary = run.get("summary") or {}
         report_run = {
             **run,
-            "spec_name": spec[0]["name"] if spec else Path(str(run["spec_path"])).stem,
+            "spec_name": name or Path(str(run["spec_path"])).stem,
             "device": summary.get("device") or "",
             "method": summary.get("method") or {},
             "final": summary.get("final"),
@@ -181,7 +166,7 @@ class LiveView:
             },
             "columns": list(NODE_COLUMNS[:9]),  # the report's, without the message
             "nodes": [
-                {"id": n["id"], "state": n.get("state"), "status": node_status(n), "cells": _node_row(n)[:9]}
+                {"id": n["id"], "state": n.get("state"), "status": node_status(n), "cells": node_row(n)[:9]}
                 for n in nodes
             ],
         }
@@ -226,7 +211,7 @@ class LiveView:
                 ("message", str(n.get("message") or "-")),
             ],
             "shape_columns": SHAPE_COLUMNS,
-            "shapes": [_shape_row(s) for s in verdict.get("shapes") or [] if isinstance(s, dict)],
+            "shapes": [shape_row(s) for s in verdict.get("shapes") or [] if isinstance(s, dict)],
             "source": n.get("source"),
             "diff": diff,
             "diff_note": diff_note,
@@ -246,11 +231,7 @@ class LiveView:
         from kernelevolve.bench.runner import bench_document
 
         bench_id = self.ws.resolve_bench(bench_id)
-        stamp = self._stamp(
-            "SELECT (SELECT updated_at FROM benches WHERE id = ?) AS b, count(*) AS n, max(updated_at) AS u "
-            "FROM bench_items WHERE bench_id = ?",
-            (bench_id, bench_id),
-        )
+        stamp = self._stamp(self.ws.bench_change_token(bench_id))
         doc = bench_document(self.ws, bench_id)
         return {
             "stamp": stamp,

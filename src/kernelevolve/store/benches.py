@@ -65,6 +65,15 @@ class BenchesMixin:
         row["config"] = json.loads(row.pop("config_json"))
         return row
 
+    def bench_change_token(self, bench_id: str) -> str:
+        """A value that changes whenever the bench or any of its items is written (a live view's poll)."""
+        row = self._rows(
+            "SELECT (SELECT updated_at FROM benches WHERE id = ?) AS b, count(*) AS n, max(updated_at) AS u "
+            "FROM bench_items WHERE bench_id = ?",
+            (bench_id, bench_id),
+        )[0]
+        return "|".join(str(v) for v in row.values())
+
     def benches(self, limit: int = 50) -> list[dict[str, Any]]:
         rows = self._rows(
             "SELECT b.id, b.dir, b.status, b.created_at, b.updated_at, b.config_json, "

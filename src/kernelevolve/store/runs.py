@@ -98,6 +98,37 @@ class RunsMixin:
         rows = self._rows("SELECT * FROM runs WHERE id = ?", (self.resolve_run(run_id),))
         return _run_row(rows[0])
 
+    def change_token(self, run_id: str | None = None) -> str:
+        """A value that changes whenever the run (given) or any run, node or bench (none given) is
+        written: every write sets `updated_at`. For a live view's polling."""
+        if run_id is not None:
+            row = self._rows(
+                "SELECT (SELECT updated_at FROM runs WHERE id = ?) AS r, count(*) AS n, max(updated_at) AS u "
+                "FROM nodes WHERE run_id = ?",
+                (run_id, run_id),
+            )[0]
+        else:
+            row = self._rows(
+                "SELECT (SELECT count(*) || '@' || max(updated_at) FROM runs) AS r, "
+                "(SELECT count(*) || '@' || max(updated_at) FROM nodes) AS n, "
+                "(SELECT count(*) || '@' || max(updated_at) FROM benches) AS b, "
+                "(SELECT count(*) || '@' || max(updated_at) FROM bench_items) AS i"
+            )[0]
+        return "|".join(str(v) for v in row.values())
+
+    def best_fitness_by_run(self) -> dict[str, float | None]:
+        """Each run's best fitness among its `ok` nodes (None where it has none)."""
+        return {
+            r["run_id"]: r["best"]
+            for r in self._rows(
+                "SELECT run_id, max(CASE WHEN status = 'ok' THEN fitness END) AS best FROM nodes GROUP BY run_id"
+            )
+        }
+
+    def spec_names(self) -> dict[str, str]:
+        """Spec fingerprint -> the spec's name, for every spec recorded."""
+        return {r["fingerprint"]: r["name"] for r in self._rows("SELECT fingerprint, name FROM specs")}
+
     def runs(self, limit: int = 100) -> list[dict[str, Any]]:
         """Runs, newest first, each with node counts by state."""
         rows = self._rows("SELECT * FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
