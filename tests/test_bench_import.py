@@ -174,3 +174,27 @@ def test_benches_list_names_an_imported_bench_by_its_source(tmp_path: Path) -> N
     )
     assert shown.exit_code == 0, shown.output
     assert "imported: made_up_run" in shown.output and "None" not in shown.output
+
+
+def test_several_samples_keep_sample_0_as_the_row_and_report_the_fastest_correct_one(tmp_path: Path) -> None:
+    """KernelBench's analysis reads sample 0 (the greedy one); a pass@k reading wants the best of the
+    samples: both are in the row, the best under `reported_best_*`, and still none under our keys."""
+    results = tmp_path / "run"
+    results.mkdir()
+    (results / "eval_results.json").write_text(json.dumps({
+        "1": [{"sample_id": 0, "compiled": True, "correctness": True, "runtime": 0.5, "ref_runtime": 1.5},
+              {"sample_id": 1, "compiled": True, "correctness": True, "runtime": 0.3, "ref_runtime": 1.5},
+              {"sample_id": 2, "compiled": True, "correctness": False, "runtime": 0.1, "ref_runtime": 1.5}],
+        "2": [{"sample_id": 0, "compiled": False, "correctness": False, "runtime": -1.0},
+              {"sample_id": 1, "compiled": True, "correctness": True, "runtime": 2.0, "ref_runtime": 1.0}],
+    }))  # fmt: skip
+    settings = replace(cpu_settings(tmp_path), workspace=tmp_path / "ws")
+    rows = by_path(import_kernelbench(LEVEL, results, settings))
+    one, two = rows["1_Softmax.py"], rows["2_ReLU.py"]
+    assert one["sample_id"] == 0 and one["reported_speedup_vs_eager"] == pytest.approx(3.0)
+    assert (one["samples"], one["correct_samples"]) == (3, 2)
+    assert one["reported_best_sample_id"] == 1 and one["reported_best_runtime_ms"] == pytest.approx(0.3)
+    assert one["reported_best_speedup_vs_eager"] == pytest.approx(5.0)  # not sample 2's 15x: it is wrong
+    assert not two["correct"] and two["correct_samples"] == 1 and two["reported_speedup_vs_eager"] is None
+    assert two["reported_best_sample_id"] == 1 and two["reported_best_speedup_vs_eager"] == pytest.approx(0.5)
+    assert not any(k.startswith("speedup_vs") for r in rows.values() for k in r)
