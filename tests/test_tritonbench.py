@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from typer.testing import CliRunner
 
 from kernelevolve.cli import app
-from kernelevolve.errors import KernelevolveError
+from kernelevolve.errors import KernelevolveError, SpecError
 from kernelevolve.spec import import_spec_module, load_spec
 from kernelevolve.tritonbench import shape_name, write_spec
 
@@ -376,6 +376,32 @@ def test_tritonbench_arguments_reach_the_operator(fake_tritonbench: Path, tmp_pa
     spec = load_spec(write_spec("softmax", tmp_path / "b.py", inputs=1, tb_args=["--precision", "bf16"]))
     assert str(spec.inputs["8x16"][0]) == "bfloat16[8, 16]" and spec.precision == "low"
     assert load_spec(write_spec("softmax", tmp_path / "f.py", inputs=1)).precision == "strict_fp32"
+
+
+def test_an_operator_that_cannot_draw_its_inputs_says_where(
+    fake_tritonbench: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = fake_tritonbench / "tritonbench/operators/broken"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("from .operator import Operator\n")
+    (broken / "operator.py").write_text(
+        textwrap.dedent("""
+        from tritonbench.utils.triton_op import BenchmarkOperator, register_benchmark
+
+
+        class Operator(BenchmarkOperator):
+            @register_benchmark(baseline=True)
+            def eager(self, x):
+                return lambda: x
+
+            def get_input_iter(self):
+                raise ValueError("needs --M")
+                yield
+    """)
+    )
+    with pytest.raises(SpecError) as caught:
+        write_spec("broken", tmp_path / "x.py")
+    assert "ValueError: needs --M" in caught.value.message and "broken/operator.py:11" in caught.value.message
 
 
 def test_backward_mode_is_refused(fake_tritonbench: Path, tmp_path: Path) -> None:

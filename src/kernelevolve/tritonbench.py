@@ -43,6 +43,7 @@ import re
 import shlex
 import subprocess
 import tempfile
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -183,12 +184,19 @@ def _draw(module: ModuleType, name: str, n: int) -> list[Any]:
             examples = module._examples(n, "cpu")
         except Exception as exc:
             raise SpecError(
-                f"tritonbench's operator {name!r}: drawing its inputs raised {type(exc).__name__}: {exc}",
+                f"tritonbench's operator {name!r}: drawing its inputs raised {type(exc).__name__}: {exc}"
+                + _where(exc),
                 hint="it may need a GPU (build the spec where one is) or operator arguments (--tb-args)",
             ) from exc
     if not examples:
         raise SpecError(f"tritonbench's operator {name!r}: its input iterator yields no example")
     return list(examples)
+
+
+def _where(exc: BaseException) -> str:
+    """` (at file:line)`: the innermost frame, the operator's own code more often than not."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 def _layout(name: str, case: int, example: Any) -> tuple[dict[str, Any], list[Any]]:
