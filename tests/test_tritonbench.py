@@ -344,7 +344,12 @@ def test_baseline_option_picks_another_benchmark(fake_tritonbench: Path, tmp_pat
 @pytest.mark.parametrize(
     ("operator", "baseline", "message", "hint"),
     [
-        ("softmaks", None, "no operator 'softmaks'", "layer_norm, nobase, softmax, vector_add"),
+        (
+            "softmaks",
+            None,
+            "no operator 'softmaks'",
+            "did you mean softmax? its 4 operators: layer_norm, nobase",
+        ),
         (
             "nobase",
             None,

@@ -36,6 +36,7 @@ of tensors (grouped GEMMs), and tritonbench's own input loaders (`--input-loader
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import json
@@ -126,7 +127,8 @@ def _import_tritonbench() -> tuple[ModuleType, ModuleType]:
 def _load_operator(ops: ModuleType, operator: str) -> Any:
     known = list(ops.list_operators())
     if operator.lower() not in {k.lower() for k in known}:
-        close = [k for k in known if operator.lower() in k.lower() or k.lower() in operator.lower()]
+        close = difflib.get_close_matches(operator, known, n=3)
+        close += [k for k in known if operator.lower() in k.lower() and k not in close]  # "attention"
         raise KernelevolveError(
             f"tritonbench has no operator {operator!r}",
             hint=(f"did you mean {', '.join(close[:5])}? " if close else "")
