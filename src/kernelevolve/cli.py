@@ -324,18 +324,45 @@ def platforms(
 
 @app.command("spec")
 def spec_cmd(
-    spec: Annotated[Path, typer.Argument(help="The spec: a KernelBench-format .py file.")],
+    spec: Annotated[Path | None, typer.Argument(help="The spec: a KernelBench-format .py file.")] = None,
+    from_tritonbench: Annotated[str | None, typer.Option("--from-tritonbench", metavar="OPERATOR",
+        help="Write a spec from a tritonbench operator (softmax, layer_norm, ...): its baseline benchmark "
+        "is the reference, the examples of its input iterator the shapes. Needs tritonbench.")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out",
+        help="Where --from-tritonbench writes (default: tritonbench_OPERATOR.py).")] = None,
+    inputs: Annotated[int, typer.Option(min=1, help="--from-tritonbench: examples drawn, a shape each.")] = 4,
+    baseline: Annotated[str | None, typer.Option(help="--from-tritonbench: the benchmark the reference "
+        "calls (default: the one registered with baseline=True).")] = None,
+    tb_args: Annotated[str | None, typer.Option("--tb-args",
+        help='--from-tritonbench: more tritonbench arguments, e.g. "--precision bf16".')] = None,
+    force: Annotated[bool, typer.Option(help="--from-tritonbench: overwrite an existing --out.")] = False,
     as_json: JsonOpt = False,
-) -> None:
-    """Load and validate a spec; show its shapes, tensors, policy and fingerprint.
+) -> None:  # fmt: skip
+    """Load and validate a spec; show its shapes, tensors, policy and fingerprint. With
+    --from-tritonbench, write the spec from a tritonbench operator first (docs/specs.md).
 
     \b
-    Example:
+    Examples:
       kernelevolve spec examples/softmax/spec.py --json
+      kernelevolve spec --from-tritonbench softmax --out softmax.py --inputs 4
     """
     from kernelevolve.spec import load_spec
 
     try:
+        if from_tritonbench is not None:
+            from kernelevolve.tritonbench import parse_tb_args, write_spec
+
+            if spec is not None:
+                raise KernelevolveError(
+                    f"both {spec} and --from-tritonbench given", hint="name the file with --out"
+                )
+            target = out_file or Path(f"tritonbench_{from_tritonbench}.py")
+            spec = write_spec(
+                from_tritonbench, target, inputs, baseline, parse_tb_args(tb_args), overwrite=force
+            )
+            err.print(f"[dim]wrote {escape(str(spec))} from tritonbench's {escape(from_tritonbench)}[/]")
+        elif spec is None:
+            raise KernelevolveError("no spec given", hint="pass a spec file, or --from-tritonbench OPERATOR")
         loaded = load_spec(spec)
     except KernelevolveError as exc:
         fail(exc, as_json)
