@@ -194,9 +194,10 @@ def _forward(
             "_sbk, _sbn = " + ("_b.stride(0), _b.stride(1)" if kn else "_b.stride(1), _b.stride(0)"),
         ]
     full = [t for t in epilogue if t.layout == "full"]
-    # A full epilogue tensor has the output's shape exactly; otherwise a's leading dims, then N.
+    # A full epilogue tensor has the output's shape exactly; otherwise a's leading dims, then N (the
+    # shape `out_view` views as the output's).
     leading = f"(*{la}.shape[:-2], _M, _N)" if km else f"(*{la}.shape[:-1], _N)"
-    shape = f"{names.local(full[0].name)}.shape" if full else leading
+    shape = f"{names.local(full[0].name)}.shape" if full and not graph.out_view else leading
     lines += [f"_shape = {shape}", f"_device = {la}.device", *allocate(graph, "_shape")]
     launch = ["_a", "_b"] + [names.local(t.name) for t in [*([bias] if bias else []), *epilogue]]
     launch += [f"_out{i}" for i in range(len(graph.outputs))]
