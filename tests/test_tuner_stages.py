@@ -121,6 +121,12 @@ REFERENCES = {
         "return torch.max(y * 2.0, dim=1).values",
         "[torch.randn(6, 16)]", ["gemm", "pool", "row"],
     ),
+    "conv3d-groupnorm-mean": (  # KernelBench 2/23's structure, its norm's affine not the identity
+        "self.conv = nn.Conv3d(2, 6, 3)\nself.norm = nn.GroupNorm(3, 6)\n"
+        "nn.init.uniform_(self.norm.weight)\nnn.init.uniform_(self.norm.bias)",
+        "return self.norm(self.conv(x)).mean(dim=[1, 2, 3, 4])",
+        "[torch.randn(2, 2, 6, 7, 8)]", ["conv", "row", "row"],
+    ),
     "relu-matmul": (  # compute before a matmul
         "pass", "return torch.relu(x) @ x.t()", "[torch.randn(9, 12)]", ["elementwise", "gemm"],
     ),
