@@ -110,6 +110,23 @@ REFERENCES = {
         "self.pool = nn.MaxPool2d(2)", "return self.pool(self.pool(torch.relu(x)))",
         "[torch.randn(2, 3, 9, 12)]", ["elementwise", "pool", "pool"],
     ),
+    "linear-maxpool1d-sum": (  # a 1-d pooling of the matmul's result viewed [N, 1, F] (KernelBench 2/55)
+        "self.linear = nn.Linear(16, 24)\nself.pool = nn.MaxPool1d(2)",
+        "return self.pool(self.linear(x).unsqueeze(1)).squeeze(1).sum(dim=1) * 0.5",
+        "[torch.randn(5, 16)]", ["gemm", "pool", "row"],
+    ),
+    "linear-avgpool1d-gelu-max": (  # the same with an average (KernelBench 2/98)
+        "self.linear = nn.Linear(16, 32)\nself.pool = nn.AvgPool1d(4)",
+        "y = torch.nn.functional.gelu(self.pool(self.linear(x).unsqueeze(1)).squeeze(1))\n"
+        "return torch.max(y * 2.0, dim=1).values",
+        "[torch.randn(6, 16)]", ["gemm", "pool", "row"],
+    ),
+    "conv3d-groupnorm-mean": (  # KernelBench 2/23's structure, its norm's affine not the identity
+        "self.conv = nn.Conv3d(2, 6, 3)\nself.norm = nn.GroupNorm(3, 6)\n"
+        "nn.init.uniform_(self.norm.weight)\nnn.init.uniform_(self.norm.bias)",
+        "return self.norm(self.conv(x)).mean(dim=[1, 2, 3, 4])",
+        "[torch.randn(2, 2, 6, 7, 8)]", ["conv", "row", "row"],
+    ),
     "relu-matmul": (  # compute before a matmul
         "pass", "return torch.relu(x) @ x.t()", "[torch.randn(9, 12)]", ["elementwise", "gemm"],
     ),
@@ -404,3 +421,25 @@ def test_generated_pipelines_on_cuda_at_larger_sizes(tmp_path: Path) -> None:
                 got = new(*xs)
             rel = ((got.double() - want).norm() / want.norm()).item()
             assert got.shape == want.shape and rel < 5e-6, (name, template, rel)
+
+
+def test_a_main_ops_result_viewed_with_unit_dims_is_returned_so_viewed(tmp_path: Path) -> None:
+    """A matmul's result with a unit dim added (one template, no pipeline) and a pooling's with one
+    dropped: the wrapper returns the output in the reference's shape (`OpGraph.out_view`)."""
+    cases = {
+        "linear-unsqueeze": ("self.linear = nn.Linear(16, 24)", "return self.linear(x).unsqueeze(1) * 2.0",
+                             "[torch.randn(5, 16)]", "gemm", (0, -1, 1)),
+        "linear-unsqueeze-add": ("self.linear = nn.Linear(16, 24)\nself.y = nn.Parameter(torch.randn(5, 1, 24))",
+                                 "return self.linear(x).unsqueeze(1) + self.y",
+                                 "[torch.randn(5, 16)]", "gemm", (0, -1, 1)),
+        "maxpool1d-squeeze": ("self.pool = nn.MaxPool1d(2)", "return self.pool(x).squeeze(1) + 1.0",
+                              "[torch.randn(3, 1, 10)]", "pool", (0, 2)),
+    }  # fmt: skip
+    generated = {}
+    for name, (layers, body, inputs, pattern, view) in cases.items():
+        path = _spec(tmp_path, name, layers, body, inputs)
+        graph, why = recognize(load_spec(path))
+        assert graph is not None, why
+        assert (graph.pattern, graph.out_view) == (pattern, view)
+        generated[name] = (str(path), generate(graph).source)
+    assert interpret(generated, tmp_path, tol=1e-4) == dict.fromkeys(cases, "ok")

@@ -592,3 +592,85 @@ def test_templates_declare_their_tile_and_defaults_fit_the_registers() -> None:
         softmax_graph(), {"CHUNK": 8192, "ROWS": 8, "num_warps": 1}, template="triton-row-looped"
     )
     assert tunables.tile_per_thread(looped.source) == 2048 and not tunables.fits(looped.source)
+
+
+# A matvec whose products are one 2**24 then 2.9s (a[:, 0] * b[0] = 4096**2): in one fp32 accumulator
+# each later 16-wide tile's 46.4 rounds to 46 past 2**24, off by 4.9e-5 over 2048 tiles; in two levels
+# (FOLD tiles, then the total), by 1.6e-6.
+_MATVEC = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    a = torch.full((8, 32768), 2.9 ** 0.5)
+    a[:, 0] = 4096.0
+    b = torch.full((32768, 1), 2.9 ** 0.5)
+    b[0] = 4096.0
+    return [a, b]
+
+
+def get_init_inputs():
+    return []
+"""
+_AGAINST_FP64 = """
+import importlib.util, sys, torch
+mods = []
+for i, path in enumerate(sys.argv[1:]):
+    spec = importlib.util.spec_from_file_location(f"m{i}", path)
+    mods.append(importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(mods[-1])
+a, b = mods[0].get_inputs()
+got, want = mods[1].ModelNew()(a, b).double(), a.double() @ b.double()
+print(float(((got - want).abs() / want.abs()).max()))
+"""
+
+
+def test_a_long_k_loop_sums_in_two_levels(tmp_path: Path) -> None:
+    """A gemm of K = 32768 in 16-wide tiles (2048 > FOLD_ABOVE) accumulates FOLD tiles, then folds them
+    into a second total: within 1e-5 of float64 where one accumulator is off by 4.9e-5 (KernelBench
+    1/4's matvec, K = 2**20, was off by 1.5e-4). Short K loops keep one accumulator."""
+    from kernelevolve.spec import load_spec
+    from kernelevolve.synth.tuner.trace import recognize
+    from kernelevolve.synth.tuner.triton_gemm import FOLD_ABOVE
+
+    (tmp_path / "matvec.py").write_text(_MATVEC)
+    graph, why = recognize(load_spec(tmp_path / "matvec.py"))
+    assert graph is not None and graph.pattern == "gemm", why
+    source = generate(graph, config={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}).source
+    assert "if kt % FOLD == FOLD - 1:" in source and f"_kt <= {FOLD_ABOVE}" in source
+    assert FOLD_ABOVE < 32768 // 16
+    (tmp_path / "cand.py").write_text(source)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-c", _AGAINST_FP64, str(tmp_path / "matvec.py"), str(tmp_path / "cand.py")],
+        env=env, capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert float(proc.stdout.split()[-1]) < 1e-5, proc.stdout
+
+
+@pytest.mark.gpu
+def test_a_matvec_of_k_2_to_the_20_on_cuda_against_float64(tmp_path: Path) -> None:
+    """Compiled on a GPU at the default configuration, a matvec [256, 2**20] @ [2**20, 1] of uniform
+    values (32768 K tiles) within 1e-5 of float64 (KernelBench 1/4 was off by 1.5e-4)."""
+    import torch
+
+    from kernelevolve.spec import load_spec
+    from kernelevolve.synth.tuner.trace import recognize
+
+    spec = _MATVEC.replace("torch.full((8, 32768), 2.9 ** 0.5)", "torch.rand(256, 2**20)")
+    spec = spec.replace("torch.full((32768, 1), 2.9 ** 0.5)", "torch.rand(2**20, 1)").replace("4096.0", "0.5")
+    (tmp_path / "matvec.py").write_text(spec)
+    graph, why = recognize(load_spec(tmp_path / "matvec.py"))
+    assert graph is not None, why
+    mod = _import_generated(tmp_path / "matvec_gen.py", generate(graph).source)
+    torch.manual_seed(0)
+    a, b = torch.rand(256, 2**20, device="cuda"), torch.rand(2**20, 1, device="cuda")
+    got, want = mod.ModelNew()(a, b).double(), a.double() @ b.double()
+    assert float((got - want).norm() / want.norm()) < 1e-5

@@ -50,6 +50,26 @@ def _pad(shape: tuple[int, ...], n: int) -> tuple[int, ...]:
     return (1,) * (n - len(shape)) + shape
 
 
+def _unit_view(result: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, ...]:
+    """`out` as `result` with unit dims added or dropped (`OpGraph.out_view`): per dim of `out`, the
+    dim of `result` it is, -1 for an added 1."""
+    dims, j = [], 0
+    for d in out:
+        while j < len(result) and result[j] != d and result[j] == 1:
+            j += 1  # a unit dim of the result that the output drops
+        if j < len(result) and result[j] == d:
+            dims.append(j)
+            j += 1
+        elif d == 1:
+            dims.append(-1)
+        else:
+            j = len(result) + 1
+            break
+    if j > len(result) or any(r != 1 for r in result[j:]):
+        raise Unsupported(f"the main op's result {list(result)} is reshaped to the output {list(out)}")
+    return tuple(dims)
+
+
 def _channel(o: tuple[int, ...]) -> tuple[int, ...]:
     """The shape of one value per channel (dim 1) of an output of shape `o`, padded to its rank."""
     return (1, o[1], *(1,) * (len(o) - 2))
@@ -120,6 +140,7 @@ class GraphMapper:
         self.conv: ConvInfo | None = None
         self.conv_sizes: tuple[int, int, int, int] = (0, 0, 0, 0)  # groups, M, N per group, K per group
         self.pool: PoolInfo | None = None
+        self.main_shape: tuple[int, ...] = ()  # the matmul's, convolution's or pooling's result
         self.env: dict[Any, Any] = {}
         self.leaf_source: dict[str, tuple[str, tuple[int, ...], str]] = {}
 
@@ -313,6 +334,8 @@ class GraphMapper:
                 raise Unsupported("the matmul's result is reshaped into something other than the output")
             graph.inner[shape_name], graph.batch[shape_name] = k, batch
         graph.rows[shape_name], graph.cols[shape_name] = self.rows, self.cols
+        if pattern in ("gemm", "conv", "pool") and self.main_shape != self.o:
+            graph.out_view = _unit_view(self.main_shape, self.o)
         if self.conv is not None:  # the implicit GEMM's sizes
             groups, m, n, k = self.conv_sizes
             graph.rows[shape_name], graph.cols[shape_name] = m, n
@@ -516,6 +539,7 @@ class GraphMapper:
             bias_name = bv.ref
         self.gemm = GemmInfo(a.leaf, b.leaf, b_layout, bias_name, batched, "km" if a_km else "mk")  # type: ignore[arg-type]
         self.gemm_sizes = (batch, m, n, k)
+        self.main_shape = (*a_base[:-2], m, n) if a_km else (*a_base[:-1], n)  # as the wrapper allocates it
         return _Val("acc", "full", shape)
 
     def convolution(self, args: list[Any], shape: tuple[int, ...]) -> _Val:
@@ -570,6 +594,7 @@ class GraphMapper:
         )  # fmt: skip
         positions, in_per_group = _numel(shape[2:]), x.shape[1] // g
         self.conv_sizes = (g, shape[0] * positions, shape[1] // g, in_per_group * _numel(w.shape[2:]))
+        self.main_shape = shape
         return _Val("acc", "full", shape)
 
     def pooling(self, name: str, args: list[Any], kw: dict[str, Any], node: Any) -> Any:
@@ -624,6 +649,7 @@ class GraphMapper:
             count_include_pad=bool(given.get("count_include_pad", True)), divisor_override=divisor,
         )  # fmt: skip
         acc = _Val("acc", "full", shape)
+        self.main_shape = shape[:2] + shape[2 + unit :]  # as the wrapper allocates it: no view's unit dims
         return (acc, _NoValue("the pooling's indices")) if name.endswith("_with_indices") else acc
 
     # -- composite ops (what the decompositions leave whole) ---------------------------------------

@@ -82,6 +82,7 @@ def _structure(g: OpGraph) -> tuple[Any, ...]:
         g.conv,
         g.pool,
         g.reduce,
+        g.out_view,
         g.forward_args,
         stages,
     )

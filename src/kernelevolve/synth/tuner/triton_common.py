@@ -363,6 +363,11 @@ def allocate(graph: OpGraph, shape: str) -> list[str]:
 
 def outputs_tuple(graph: OpGraph) -> str:
     outs = [f"_out{i}" for i in range(len(graph.outputs))]
+    if graph.out_view:  # the main op's result viewed as the output (unit dims added or dropped)
+        outs = [
+            f"{o}.view({', '.join('1' if d < 0 else f'{o}.shape[{d}]' for d in graph.out_view)})"
+            for o in outs
+        ]
     return outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
 
 

@@ -12,6 +12,8 @@ Precision (the `DOT` tunable): strict_fp32 -> `input_precision="ieee"` by defaul
 (three TF32 products, about fp32 accuracy on tensor cores) offered to the tuner; tf32 -> "tf32";
 low -> bf16 operands with fp32 accumulation. bf16/fp16 inputs always take the native dot.
 
+A K loop of more than FOLD_ABOVE tiles sums in two levels (see FOLD_ABOVE).
+
 Not here: split-K, persistent or TMA/warp-specialized schedules, batch > 65535 (the grid's y limit).
 """
 
@@ -39,6 +41,12 @@ from kernelevolve.synth.tuner.triton_common import (
     source_expr,
     store,
 )
+
+# K loops of more tiles than this accumulate in two levels: acc takes FOLD (about sqrt(K tiles)) tiles,
+# then joins a second fp32 total, so no accumulator takes more than ~sqrt(K tiles) terms (a matvec of
+# K = 2**20 summed in one accumulator, 32768 tiles, was off by 1.5e-4). Shorter loops keep one
+# accumulator (no second tile of registers).
+FOLD_ABOVE = 1024
 
 
 def build(graph: OpGraph, precision: str) -> Parts:
@@ -74,7 +82,8 @@ def build(graph: OpGraph, precision: str) -> Parts:
         "stride_bn",
     ]
     params += [
-        f"{k}: tl.constexpr" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "K_TILES", "EVEN_K", "DOT")
+        f"{k}: tl.constexpr"
+        for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "K_TILES", "EVEN_K", "DOT", "FOLD")
     ]
     cast_a = "" if native or a.dtype == "float32" else ".to(tl.float32)"
     cast_b = "" if native or b.dtype == "float32" else ".to(tl.float32)"
@@ -96,6 +105,8 @@ def build(graph: OpGraph, precision: str) -> Parts:
         f"a_ptrs = {ptrs[0]} + z * stride_az + am[:, None] * stride_am + rk[None, :] * stride_ak",
         f"b_ptrs = {ptrs[1]} + z * stride_bz + rk[:, None] * stride_bk + bn[None, :] * stride_bn",
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        "if FOLD > 0:  # a long K loop: acc takes FOLD tiles, then joins the total",
+        "    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         "for kt in range(K_TILES):",
         "    if EVEN_K:",
         f"        a = tl.load(a_ptrs){cast_a}",
@@ -106,6 +117,12 @@ def build(graph: OpGraph, precision: str) -> Parts:
         *dot_lines(),
         "    a_ptrs += BLOCK_K * stride_ak",
         "    b_ptrs += BLOCK_K * stride_bk",
+        "    if FOLD > 0:",
+        "        if kt % FOLD == FOLD - 1:",
+        "            total += acc",
+        "            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        "if FOLD > 0:",
+        "    acc = total + acc",
         "m2 = rm[:, None]",
         "n2 = rn[None, :]",
         "mask = (m2 < M) & (n2 < N)",
@@ -194,9 +211,10 @@ def _forward(
             "_sbk, _sbn = " + ("_b.stride(0), _b.stride(1)" if kn else "_b.stride(1), _b.stride(0)"),
         ]
     full = [t for t in epilogue if t.layout == "full"]
-    # A full epilogue tensor has the output's shape exactly; otherwise a's leading dims, then N.
+    # A full epilogue tensor has the output's shape exactly; otherwise a's leading dims, then N (the
+    # shape `out_view` views as the output's).
     leading = f"(*{la}.shape[:-2], _M, _N)" if km else f"(*{la}.shape[:-1], _N)"
-    shape = f"{names.local(full[0].name)}.shape" if full else leading
+    shape = f"{names.local(full[0].name)}.shape" if full and not graph.out_view else leading
     lines += [f"_shape = {shape}", f"_device = {la}.device", *allocate(graph, "_shape")]
     launch = ["_a", "_b"] + [names.local(t.name) for t in [*([bias] if bias else []), *epilogue]]
     launch += [f"_out{i}" for i in range(len(graph.outputs))]
@@ -204,11 +222,13 @@ def _forward(
         "if _out0.numel() == 0:",
         f"    return {outputs_tuple(graph)}",
         '_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]',
+        "_kt = triton.cdiv(_K, _bk)",
+        f"_fold = 0 if _kt <= {FOLD_ABOVE} else 1 << ((_kt.bit_length() + 1) // 2)  # about sqrt(K tiles)",
         "_gemm_kernel[(triton.cdiv(_M, _bm) * triton.cdiv(_N, _bn), _batch)](",
         f"    {', '.join(launch)},",
         "    _M, _N, _K, _saz, _sam, _sak, _sbz, _sbk, _sbn,",
         '    BLOCK_M=_bm, BLOCK_N=_bn, BLOCK_K=_bk, GROUP_M=CONFIG["GROUP_M"],',
-        '    K_TILES=triton.cdiv(_K, _bk), EVEN_K=_K % _bk == 0, DOT=CONFIG["DOT"],',
+        '    K_TILES=_kt, EVEN_K=_K % _bk == 0, DOT=CONFIG["DOT"], FOLD=_fold,',
         '    num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],',
         ")",
         f"return {outputs_tuple(graph)}",

@@ -9,8 +9,9 @@ Two templates, each a [ROWS, width] tile per program:
 - looped (`looped=True`): for rows too long for registers. Values get a *stage*: tensors 0, an
   elementwise op the largest of its arguments', a reduction over a full/col value one more. Pass p
   loops over CHUNK-wide column chunks, recomputes the elementwise prefix it needs from the inputs,
-  and accumulates the stage-p reductions in [ROWS, CHUNK] vectors (reduced across lanes once, after
-  the loop); per-row ops run between passes; a last pass computes and stores the outputs. A sum of
+  and accumulates the stage-p reductions in [ROWS, CHUNK] vectors (reduced across lanes after the
+  loop; a sum's lanes, every FOLD chunks, into an fp64 per-row total: no fp32 accumulator takes more
+  than FOLD terms); per-row ops run between passes; a last pass computes and stores the outputs. A sum of
   exp(g - amax(g)) (softmax, log-softmax) shares its max's pass by online rescaling, so softmax reads
   the input twice, not three times. Number of chunks is a constexpr (see triton_codegen).
 
@@ -48,6 +49,10 @@ from kernelevolve.synth.tuner.triton_common import (
 )
 
 MAX_SINGLE_PASS_COLS = 16384
+# Looped sums: each lane adds FOLD chunks in fp32, then the lanes' sum joins the row's fp64 total, so
+# no fp32 accumulator takes more than FOLD terms (a row of 2**30 values summed lane by lane in fp32
+# loses ~1e-4 of its sum).
+FOLD = 16
 _FILL = {"sum": "0.0", "mean": "0.0", "amax": NEG_INF, "amin": POS_INF}
 _REDUCE = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}
 _COMBINE = {
@@ -331,6 +336,15 @@ def _looped_body(
             combined = _COMBINE[op.op].format(a=acc, v=f"tl.where(cmask, {arg}, {fill})")
             update.append(f"{acc} = {combined}")
             red = f"{_REDUCE[op.op]}({acc}, axis=1, keep_dims=True)"
+            if op.op in ("sum", "mean"):  # lanes sum FOLD chunks in fp32, then fold into an fp64 total
+                tot = "tot_" + names.ident(op.out)
+                init.append(f"{tot} = tl.zeros([ROWS, 1], tl.float64)")
+                update += [
+                    f"if i % {FOLD} == {FOLD - 1}:",
+                    f"    {tot} = {tot} + {red}.to(tl.float64)",
+                    f"    {acc} = tl.zeros({tile}, tl.float32)",
+                ]
+                red = f"({tot} + {red}.to(tl.float64)).to(tl.float32)"
             final.append(f"{names.var(op.out)} = " + (f"{red} / cols" if op.op == "mean" else red))
         if reds:
             body += init + chunk_loop(targets) + ["    " + u for u in update] + final
