@@ -244,21 +244,3 @@ def test_fractional_value_for_an_integer_setting_is_refused(ws: Path) -> None:
     write_toml(ws, "max_trials = 2.9\n")
     with pytest.raises(WorkspaceError, match="max_trials"):
         load_settings(ws)
-
-
-def test_spares_auto_is_one_per_worker_on_a_gpu_and_one_on_the_cpu() -> None:
-    """With one spare, of two candidates a GPU pool took at once one waited for a whole worker
-    start-up (about 7 s on an H100); auto keeps a prepared worker behind every evaluation in flight.
-    A set value is kept, and no pool keeps more spares than it has candidates left to take them."""
-    from kernelevolve.jobs import sized_for
-    from kernelevolve.platforms import get_platform
-
-    cuda, cpu = get_platform("cuda"), get_platform("cpu")
-    auto = Settings().validate()
-    assert auto.spares is None and auto.spare_count == 1  # where no run sized it
-    assert (sized_for(auto, cuda, 50).workers, sized_for(auto, cuda, 50).spares) == (2, 2)
-    assert (sized_for(auto, cpu, 50).workers, sized_for(auto, cpu, 50).spares) == (1, 1)
-    assert sized_for(auto, cuda, 50, slots=3).spares == 3
-    assert sized_for(auto, cuda, 3).spares == 1  # 3 candidates: two in flight, one behind them
-    assert sized_for(Settings(spares=1).validate(), cuda, 50).spares == 1  # as set
-    assert sized_for(Settings(spares=0).validate(), cuda, 50).spares == 0

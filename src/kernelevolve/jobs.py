@@ -92,14 +92,11 @@ def _profile_lock(workspace: Path, key: str) -> threading.Lock:
 
 def sized_for(settings: Settings, platform: Platform, candidates: int, slots: int | None = None) -> Settings:
     """Resolve `workers = 0` (auto: `slots`, what the executor evaluates at once, else 2 on a GPU and
-    1 on the CPU, whose timings any concurrent work would disturb) and `spares = None` (auto: as many
-    as the workers on a GPU, 1 on the CPU), and keep no more spares than there are candidates left to
-    take them."""
-    gpu = platform.name in ("cuda", "rocm")
-    workers = settings.workers or slots or (2 if gpu else 1)
-    spares = settings.spares if settings.spares is not None else (workers if gpu else 1)
+    1 on the CPU, whose timings any concurrent work would disturb) and keep no more spares than there
+    are candidates left to take them."""
+    workers = settings.workers or slots or (2 if platform.name in ("cuda", "rocm") else 1)
     workers = min(workers, candidates)
-    return replace(settings, workers=workers, spares=min(spares, max(0, candidates - workers)))
+    return replace(settings, workers=workers, spares=min(settings.spares, max(0, candidates - workers)))
 
 
 def _record_spec(ws: Workspace, spec: Spec) -> None:

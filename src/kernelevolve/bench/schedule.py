@@ -129,7 +129,7 @@ def run_demand(spec: Spec, platform: Any, settings: Settings) -> tuple[int, int]
     if not tensors:
         return None
     sized = sized_for(settings, platform, 10**6, executor_slots(settings, platform))
-    return need, need * (max(1, sized.workers) + sized.spare_count)
+    return need, need * (max(1, sized.workers) + max(0, sized.spares))
 
 
 def schedule(

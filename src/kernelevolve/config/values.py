@@ -78,10 +78,7 @@ class Settings:
     device_share: float = 1.0
     # Pool: candidates evaluated at once, and warm workers kept prepared ahead of need.
     workers: int = 0  # 0: auto (2 per GPU, 1 on the CPU)
-    # None: auto, as many as the pool's workers on a GPU (every evaluation in flight has a prepared
-    # worker behind it: with one spare, of two candidates taken at once one waited for a whole
-    # start-up, about 7 s on an H100), 1 on the CPU (whose spares start only between timings).
-    spares: int | None = None
+    spares: int = 1
     # How a worker starts: "fork" (Linux: forked from a process of the engine's that has imported
     # torch and torch.compile's stack once, `evaluate/forkserver.py`; where it cannot serve, workers
     # are spawned), "spawn" (a fresh interpreter per worker), or "auto": fork on Linux, spawn elsewhere.
@@ -159,14 +156,9 @@ class Settings:
             )
         self.eval_retries = max(0, self.eval_retries)
         self.workers = max(0, self.workers)
-        self.spares = None if self.spares is None else max(0, self.spares)
+        self.spares = max(0, self.spares)
         self.device_share = max(1.0, float(self.device_share))
         return self
-
-    @property
-    def spare_count(self) -> int:
-        """`spares` where a run has not sized it (`jobs.sized_for` resolves auto): auto is 1."""
-        return 1 if self.spares is None else self.spares
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -125,7 +125,7 @@ def plan(spec: Any, platform: Any, settings: Any, memory: tuple[int, int] | None
     (free, total) bytes (None: unknown, the settings stand). Raises SpecError where one worker cannot
     hold the spec."""
     tensors, need = worker_need(spec, platform.name)
-    workers, spares = max(1, settings.workers), settings.spare_count
+    workers, spares = max(1, settings.workers), max(0, settings.spares)
     if not tensors:  # the probe could not count the tensors: nothing to plan on
         return MemoryPlan(0, need, None, workers, spares, "")
     shape_word = (

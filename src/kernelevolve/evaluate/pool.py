@@ -51,7 +51,7 @@ def gpu_shares(settings: Settings, platform: str) -> tuple[float, float] | None:
         return settings.gpu_memory_fraction, settings.gpu_memory_fraction
     if platform in ("cuda", "rocm"):
         share, workers = max(1, settings.device_share), max(1, settings.workers)
-        first = round(0.9 / (share * (workers + settings.spare_count)), 3)
+        first = round(0.9 / (share * (workers + max(0, settings.spares))), 3)
         return first, max(first, round(0.9 / (share * workers), 3))
     return None
 
@@ -138,7 +138,7 @@ class EvaluatorPool:
     def start(self) -> None:
         integrity.check()  # a modified installed harness evaluates nothing
         with self._lock:
-            self._top_up(self.settings.spare_count or 1)
+            self._top_up(self.settings.spares or 1)
 
     def close(self) -> None:
         with self._lock:
@@ -187,7 +187,7 @@ class EvaluatorPool:
             worker = ready[0] if ready else self._spares[0]
             self._spares.remove(worker)
             if not self.platform.exclusive:
-                self._top_up(self.settings.spare_count)
+                self._top_up(self.settings.spares)
         try:
             info = worker.wait_ready()
         except BaseException:
@@ -203,7 +203,7 @@ class EvaluatorPool:
         worker.close()
         if self.platform.exclusive:
             with self._lock:
-                self._top_up(self.settings.spare_count)
+                self._top_up(self.settings.spares)
 
     def _save_trusted_cache(self, worker: WorkerHandle) -> None:
         """The first prepared worker's compile cache, taken before it sees any candidate; from later
