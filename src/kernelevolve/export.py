@@ -69,7 +69,13 @@ DEFAULT_PACKAGE = "kernelevolve_winner"
 # Names a package must not take: it would shadow (or be shadowed by) what it imports.
 _TAKEN = {"torch", "triton", "numpy", "kernelevolve", "reference"}
 # Attributes ModelNew adds to the reference class: a reference that defines one cannot be exported.
-_ADDED = ("choose", "kernelevolve_variants", "_kernelevolve_route", "_kernelevolve_retie")
+_ADDED = (
+    "choose",
+    "kernelevolve_variants",
+    "_kernelevolve_route",
+    "_kernelevolve_retie",
+    "_kernelevolve_run_compiled",
+)
 
 __all__ = ["compiled_from_dispatch", "export_dispatch", "export_run", "input_key", "variants_from_dispatch"]
 

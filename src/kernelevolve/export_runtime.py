@@ -326,9 +326,9 @@ def make_model_class(
         def __getstate__(self) -> dict[str, Any]:
             """Pickled (torch.save of the whole model, deepcopy) without its compiled reference, which is
             made again on first use."""
-            state = dict(self.__dict__)
-            if state.get("_kernelevolve_compiled") is not False:
-                state["_kernelevolve_compiled"] = None
+            state = super().__getstate__()  # the reference's own, if it has one
+            if isinstance(state, dict) and state.get("_kernelevolve_compiled") not in (None, False):
+                state = {**state, "_kernelevolve_compiled": None}
             return state
 
         def _kernelevolve_run_compiled(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
