@@ -832,3 +832,12 @@ def test_a_cached_spec_takes_no_memory_grant_and_waits_for_nothing(tmp_path: Pat
     schedule(one, 2, cpu_settings(tmp_path), None, per_device=2, demand=demand,
              memory=lambda d: (100 * gib, 100 * gib), stage=stage)  # fmt: skip
     assert settled == [1] and asked == [0]  # spec 1 never asked for memory
+
+
+def test_specs_per_device_default_to_several_on_a_gpu_and_one_on_the_cpu() -> None:
+    """One spec alone leaves a GPU idle while its workers start; the CPU's timings need it alone."""
+    from kernelevolve.bench.runner import auto_per_device
+
+    assert auto_per_device("cpu", cpus=64) == 1
+    assert auto_per_device("cuda", cpus=16) == 4 and auto_per_device("rocm", cpus=64) == 4
+    assert auto_per_device("cuda", cpus=8) == 2 and auto_per_device("cuda", cpus=2) == 1

@@ -170,8 +170,12 @@ def bench(
         str | None, typer.Option(help=f"Run specs on several GPUs at once. {DEVICES_HELP}")
     ] = None,
     per_device: Annotated[
-        int, typer.Option(help="Specs run at once on each device (timings still take turns per device).")
-    ] = 1,
+        int | None,
+        typer.Option(
+            help="Specs run at once on each device (timings still take turns per device); default: "
+            "1 on the CPU, on a GPU one per 4 host cores up to 4."
+        ),
+    ] = None,
     workers: Annotated[int | None, typer.Option(help="Candidates evaluated at once (0: auto).")] = None,
     timing_budget: Annotated[float | None, typer.Option(help="Seconds of timing per shape.")] = None,
     max_usd: Annotated[float | None, typer.Option(help="USD budget per op (model synthesizers).")] = None,

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -120,6 +121,16 @@ def _track_file(ws: Workspace, bench_id: str, rel: str, spec: Spec, precision: s
     return out
 
 
+def auto_per_device(platform: str, cpus: int | None = None) -> int:
+    """Specs run at once per device by default: on a GPU, one per 4 host cores, up to 4 (a spec's run
+    keeps 3 worker processes busy preparing and evaluating, and the device's lease lets one timing
+    through at a time, so one spec alone leaves the device idle while its workers start); on the CPU,
+    1 (a timing there has the machine to itself)."""
+    if platform not in ("cuda", "rocm"):
+        return 1
+    return max(1, min(4, (cpus or os.cpu_count() or 4) // 4))
+
+
 def bench_key(directory: Path, options: dict[str, Any]) -> str:
     blob = json.dumps({"dir": str(directory.resolve()), **options}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -137,15 +148,18 @@ def run_bench(
     only: str | None = None,
     redo: str | None = None,
     devices: Sequence[int] | None = None,
-    per_device: int = 1,
+    per_device: int | None = None,
     on_event: Event | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the bench of `directory`; returns the bench document (see `bench_document`).
     With several `devices`, that many specs run at once, each run on one device; `per_device` specs
-    run at once on each device (the one of `settings.device` when no `devices` are given)."""
+    run at once on each device (the one of `settings.device` when no `devices` are given); None:
+    `auto_per_device`."""
     from kernelevolve import optimize as jobs
     from kernelevolve.platforms import select
 
+    if per_device is None:
+        per_device = auto_per_device(select(settings.platform).name)
     if per_device < 1:
         raise WorkspaceError(
             f"--per-device {per_device}: give 1 or more (the specs run at once on each device)"
