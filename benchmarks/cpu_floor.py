@@ -81,7 +81,11 @@ VARIANTS: dict[str, tuple[str, int, dict[str, str]]] = {
     "c, omp 2": ("c", 0, {"OMP_NUM_THREADS": "2"}),
     "c, flush, omp 1": ("c", 64, {"OMP_NUM_THREADS": "1"}),
     "c, omp 1": ("c", 0, {"OMP_NUM_THREADS": "1"}),
-    "c, flush, omp 2 bound": ("c", 64, {"OMP_NUM_THREADS": "2", "OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}),
+    "c, flush, omp 2 bound": (
+        "c",
+        64,
+        {"OMP_NUM_THREADS": "2", "OMP_PROC_BIND": "close", "OMP_PLACES": "cores"},
+    ),
     "matmul 256, 1 thread": ("mm", 0, {"OMP_NUM_THREADS": "1"}),
 }
 
@@ -90,7 +94,11 @@ def run(name: str, seconds: float) -> dict:
     kind, flush_mb, env = VARIANTS[name]
     out = subprocess.run(
         [sys.executable, "-c", LOOP, str(ROOT / "src"), kind, str(flush_mb), str(seconds)],
-        capture_output=True, text=True, env={**os.environ, **env}, timeout=300, check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+        check=True,
     ).stdout
     return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
 
@@ -107,18 +115,34 @@ def main() -> None:
         random.shuffle(order)
         for name in order:
             rows[name].append(run(name, args.seconds))
-        print(f"round {r + 1}: " + "  ".join(f"{n}={rows[n][-1]['median_us']:.1f}" for n in VARIANTS), flush=True)
+        print(
+            f"round {r + 1}: " + "  ".join(f"{n}={rows[n][-1]['median_us']:.1f}" for n in VARIANTS),
+            flush=True,
+        )
     summary = {}
     print(f"\n{'variant':>24}  {'median us':>10}  {'range of medians':>16}  {'within (iqr)':>12}")
     for name, rs in rows.items():
         meds = [x["median_us"] for x in rs]
         m = statistics.median(meds)
-        summary[name] = {"median_us": m, "range": (max(meds) - min(meds)) / m,
-                         "iqr": statistics.median(x["iqr"] for x in rs), "medians_us": meds}
+        summary[name] = {
+            "median_us": m,
+            "range": (max(meds) - min(meds)) / m,
+            "iqr": statistics.median(x["iqr"] for x in rs),
+            "medians_us": meds,
+        }
         print(f"{name:>24}  {m:10.1f}  {summary[name]['range']:16.1%}  {summary[name]['iqr']:12.1%}")
     if args.out:
-        args.out.write_text(json.dumps({"affinity": sorted(os.sched_getaffinity(0)), "rounds": args.rounds,
-                                        "seconds": args.seconds, "summary": summary}, indent=1))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "affinity": sorted(os.sched_getaffinity(0)),
+                    "rounds": args.rounds,
+                    "seconds": args.seconds,
+                    "summary": summary,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

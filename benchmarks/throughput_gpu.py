@@ -3,10 +3,10 @@ spec files, one or more versions of the harness side by side, on one device.
 
     python benchmarks/throughput_gpu.py SPEC.py [SPEC.py ...] [--variant before=OLD/src]
         [--variant "spawn=src;KERNELEVOLVE_WORKER_START=spawn"] [--variant after=src] [--budget 4]
-        [--per-device 4] [--env KEY=VALUE] [--out FILE.json]
+        [--per-device K] [--env KEY=VALUE] [--out FILE.json] [--sample-gpu]
 
 Each variant runs the same bench (a fresh workspace, the offline tuner, the same budget and
-`--per-device`) from a fresh interpreter that imports kernelevolve from its `src` folder, so an old
+`--per-device`, unless a variant sets its own) from a fresh interpreter that imports kernelevolve from its `src` folder, so an old
 commit's code runs as it was (`git archive COMMIT src | tar -x -C DIR`). The variants run in turn, in
 the order given, each with the machine to itself, and each from a workspace that already holds the
 device's hardware profile (measured once, first), so that what is timed is the search. A bench cut
@@ -62,9 +62,12 @@ def run_variant(
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(src.resolve())
     env.update(dict(kv.split("=", 1) for kv in args.env))
-    env.update(own_env)
+    env.update({k: v for k, v in own_env.items() if k != "per-device"})
+    per_device = own_env.get("per-device") or args.per_device  # a variant's own, else the flag's
     cmd = [sys.executable, "-c", "from kernelevolve.cli import main; main()", "bench", str(folder), "--budget", str(args.budget),
-           "--per-device", str(args.per_device), "--workspace", str(work / "ws"), "--json"]  # fmt: skip
+           "--workspace", str(work / "ws"), "--json"]  # fmt: skip
+    if per_device is not None:  # else the bench's default
+        cmd += ["--per-device", str(per_device)]
     if args.profile_from:  # the device's hardware profile, measured once for every variant
         shutil.copytree(args.profile_from, work / "ws")
     sampler = GpuSampler() if args.sample_gpu else None
@@ -221,9 +224,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("specs", nargs="+", type=Path)
     ap.add_argument("--variant", action="append", default=[],
-                    help="NAME=SRC_FOLDER[;KEY=VALUE...] (default: now=src); KEY=VALUE for this variant alone")  # fmt: skip
+                    help="NAME=SRC_FOLDER[;KEY=VALUE...] (default: now=src); KEY=VALUE for this variant alone "
+                         "(an environment variable, or per-device=N for its bench's --per-device)")  # fmt: skip
     ap.add_argument("--budget", type=int, default=4)
-    ap.add_argument("--per-device", type=int, default=4)
+    ap.add_argument(
+        "--per-device", type=int, default=None, help="the bench's --per-device (default: its own)"
+    )
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for every variant's bench")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per variant's bench")
     ap.add_argument("--out", type=Path)
