@@ -7,6 +7,9 @@ runtime layer catches it on its own.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from kernelevolve.evaluate import EvaluatorPool, Status
@@ -286,3 +289,28 @@ def test_the_harness_is_healthy_after_the_tricks(
     for pool in (softmax_pool, unguarded_pool):
         v = pool.evaluate_one(HONEST, "honest_again.py")
         assert v.status == Status.OK, v.message
+
+
+def test_a_late_thread_reusing_an_earlier_threads_ident_is_still_new() -> None:
+    """An ended thread's ident goes to the next thread at once: a candidate's late thread in a trial
+    could take the ident of the first call's late thread, which was running when correctness began,
+    and pass for it (the runtime check then missed it, and only the output check caught the trick,
+    as INCORRECT, now and then in CI). Threads are told apart by their objects."""
+    from kernelevolve.evaluate.runtime import new_threads, python_threads
+
+    first = threading.Thread(target=time.sleep, args=(0.01,))
+    first.start()
+    before = python_threads()  # the first call's late thread still runs
+    first.join()
+    for _ in range(20):  # glibc hands the ended thread's ident to the next one, nearly always at once
+        late = threading.Thread(target=time.sleep, args=(0.5,))
+        late.start()
+        if late.ident == first.ident:
+            break
+        late.join()
+    if late.ident != first.ident:
+        late.join()
+        pytest.skip("this platform gave no ended thread's ident to a new one")
+    assert new_threads(before) == [late.ident]
+    late.join()
+    assert new_threads(before) == []

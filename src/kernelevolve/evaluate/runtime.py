@@ -215,10 +215,24 @@ def _is_code(value: Any) -> bool:
     return callable(value) or isinstance(value, types.ModuleType | property | staticmethod | classmethod)
 
 
-def python_threads() -> set[int]:
-    """Ids of every thread with a Python frame, including ones started through `_thread`."""
-    return set(sys._current_frames()) | {t.ident for t in threading.enumerate() if t.ident is not None}
+Threads = set[object]  # Thread objects, and the idents of threads that threading does not know
 
 
-def new_threads(before: set[int]) -> list[int]:
-    return sorted(python_threads() - before)
+def python_threads() -> Threads:
+    """Every running thread with a Python frame: its `Thread` object where threading knows it, else
+    (a thread started through `_thread`) its ident. Not idents alone: an ended thread's ident is
+    given to the next thread at once (glibc reuses its stack), so a candidate's late thread could
+    pass for one that was running before, the first call's own late thread say."""
+    known = {t for t in threading.enumerate() if t.ident is not None}
+    idents = {t.ident for t in known}
+    return known | {i for i in sys._current_frames() if i not in idents}
+
+
+def new_threads(before: Threads) -> list[int]:
+    """The idents of the threads running now that were not running at `before`."""
+    out = []
+    for t in python_threads() - before:
+        ident = t.ident if isinstance(t, threading.Thread) else t
+        if isinstance(ident, int):
+            out.append(ident)
+    return sorted(out)

@@ -32,7 +32,7 @@ from kernelevolve.evaluate.correctness import Tolerance, compare, same_bits, tol
 from kernelevolve.evaluate.inputs import digest as input_digest
 from kernelevolve.evaluate.inputs import make_inputs
 from kernelevolve.evaluate.prepared import CaseState, ShapeState, forward_backward, trainable_inputs
-from kernelevolve.evaluate.runtime import new_threads, python_threads
+from kernelevolve.evaluate.runtime import Threads, new_threads, python_threads
 from kernelevolve.evaluate.timing import LARGE_OUTPUT_BYTES
 from kernelevolve.evaluate.verdict import Method, ShapeResult, Status, Verdict, Violation
 
@@ -64,7 +64,7 @@ def correctness(cand: Candidate, shapes: list[ShapeState], verdict: Verdict) -> 
 
 
 def _shape_trials(
-    cand: Candidate, st: ShapeState, tol: Tolerance, result: ShapeResult, threads_before: set[int]
+    cand: Candidate, st: ShapeState, tol: Tolerance, result: ShapeResult, threads_before: Threads
 ) -> int:
     """Every trial at one shape, counted in `result`; returns the kernel launches they made."""
     torch = cand.torch
@@ -111,7 +111,7 @@ def _shape_trials(
 
 
 def _checked_call(
-    cand: Candidate, st: ShapeState, i: int, cs: CaseState, inputs: list[Any], threads_before: set[int]
+    cand: Candidate, st: ShapeState, i: int, cs: CaseState, inputs: list[Any], threads_before: Threads
 ) -> tuple[list[Any], int]:
     """Trial `i`'s call on `inputs`, poisoned before and checked after (ops, processes, threads, late
     writes, the inputs); returns its outputs and the kernel launches it made."""
