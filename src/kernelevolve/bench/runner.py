@@ -158,9 +158,7 @@ def run_bench(
     from kernelevolve import optimize as jobs
     from kernelevolve.platforms import select
 
-    if per_device is None:
-        per_device = auto_per_device(select(settings.platform).name)
-    if per_device < 1:
+    if per_device is not None and per_device < 1:
         raise WorkspaceError(
             f"--per-device {per_device}: give 1 or more (the specs run at once on each device)"
         )
@@ -176,6 +174,8 @@ def run_bench(
         if not files:
             raise WorkspaceError(f"no spec under {directory} matches --only {only!r}")
     platform = select(settings.platform)
+    if per_device is None:
+        per_device = auto_per_device(platform.name)
     options = {
         "track": track, "fitness_baseline": settings.fitness_baseline, "synthesizer": synth.name,
         "budget": limits.budget, "policy": search.policy, "platform": platform.name, "only": only,
