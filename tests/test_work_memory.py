@@ -70,7 +70,9 @@ def test_a_specs_lstm_is_not_run_on_meta_and_its_memory_is_counted(tmp_path: Pat
     spec = load_spec(path)
     assert [o.shape for o in spec.outputs["default"] or []] == [[8, 10]]
     sequence = 8 * 256 * 128 * 4  # the LSTM's output sequence, float32
-    assert spec.work_bytes["default"] >= sequence
+    assert (
+        spec.work_bytes["default"] >= 5 * sequence
+    )  # an LSTM's 4 gates a step beside its outputs (a subclass)
     import sys
 
     module = next(m for name, m in sys.modules.items() if getattr(m, "__file__", None) == str(path))
@@ -79,13 +81,13 @@ def test_a_specs_lstm_is_not_run_on_meta_and_its_memory_is_counted(tmp_path: Pat
 
 def test_the_knowledge_bases_recorders_see_a_recurrent_layer_as_one_op(tmp_path: Path) -> None:
     """`knowledge.samples.signature` and `knowledge.patterns.aten_ops` record a reference's aten ops on
-    meta: a recurrent layer is one op to them (named after the aten op it calls), not its steps (level
+    meta: a recurrent layer (a subclass too) is one op to them, named after the aten op it calls, not its steps (level
     3's recurrent nets stalled a bench's start on a GPU host for minutes, recorded step by step). The
     control: the linear layer after it is recorded as its own ops."""
     from kernelevolve.knowledge.patterns import aten_ops, spec_pattern
     from kernelevolve.knowledge.samples import signature
 
-    for layer, name in (("nn.LSTM(16, 32, num_layers=2, batch_first=True)", "lstm"),
+    for layer, name in (("type('MyLSTM', (nn.LSTM,), {})(16, 32, num_layers=2, batch_first=True)", "lstm"),
                         ("nn.GRU(16, 32, num_layers=2, batch_first=True, bidirectional=True)", "gru"),
                         ("nn.RNN(16, 32, batch_first=True, nonlinearity='relu')", "rnn_relu")):  # fmt: skip
         path = tmp_path / f"{name}.py"

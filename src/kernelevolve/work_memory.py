@@ -30,7 +30,7 @@ def recurrent_work_bytes(module: Any, output: Any) -> int:
     layer's output sequence, an upper bound of what an inference kernel (cuDNN's or the CPU's) keeps."""
     import torch
 
-    gates = {"LSTM": 4, "GRU": 3}.get(type(module).__name__, 1)
+    gates = {"LSTM": 4, "GRU": 3}.get(module.mode, 1)  # RNNBase.mode, a subclass's too
     seq = output[0] if isinstance(output, tuple) else output
     if not isinstance(seq, torch.Tensor):
         return 0
@@ -133,19 +133,18 @@ class PeakOfNewTensors:
 
 
 def aten_name(module: Any) -> str:
-    """The aten op a recurrent layer's forward calls (`aten.lstm`, ...)."""
-    kind = type(module).__name__ if type(module).__name__ in ("LSTM", "GRU") else "RNN"
-    if kind == "RNN":
-        return "rnn_relu" if getattr(module, "nonlinearity", "tanh") == "relu" else "rnn_tanh"
-    return kind.lower()
+    """The aten op a recurrent layer's forward calls: `RNNBase.mode` (LSTM, GRU, RNN_TANH, RNN_RELU,
+    a subclass's too) in lower case."""
+    return str(module.mode).lower()
 
 
 @contextlib.contextmanager
 def recurrent_as_shapes(model: Any, seen: Callable[[Any, tuple[Any, ...], Any], None]) -> Iterator[None]:
     """Inside this context each recurrent layer of `model` (an nn.Module), called on meta tensors,
-    returns `recurrent_meta`'s results without running, outside any dispatch mode that is active;
-    `seen(layer, args, out)` is told of each call. Given anything else (real tensors, a packed
-    sequence), a layer runs as it would, also outside the modes, and `seen` is told too."""
+    returns `recurrent_meta`'s results without running, outside the innermost dispatch mode (the
+    caller's recorder, entered inside this context); `seen(layer, args, out)` is told of each call.
+    Given anything else (real tensors, a packed sequence), a layer runs as it would, also outside that
+    mode, and `seen` is told too."""
     import torch
     from torch.utils._python_dispatch import _pop_mode_temporarily
 
