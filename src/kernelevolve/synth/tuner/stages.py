@@ -140,7 +140,7 @@ def _split(
                 why = why or (
                     sub
                     if sub.startswith("stage ")
-                    else f"stage {depth + 2} of the pipeline (after {_what(head)}) is not templated: {exc}{limit}"
+                    else f"stage {depth + 2} of the pipeline (after {describe(head)}) is not templated: {exc}{limit}"
                 )
                 continue
         return [head, *later], ""
@@ -207,10 +207,6 @@ def _fp32_if_intermediate(t: TensorArg, n_inputs: int) -> TensorArg:
     if kind == "input" and int(what) >= n_inputs:
         return TensorArg(t.name, t.source, t.layout, "float32")
     return t
-
-
-def _what(g: OpGraph) -> str:
-    return describe(g)
 
 
 __all__ = ["MAX_STAGES", "map_graph"]
