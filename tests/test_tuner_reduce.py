@@ -284,11 +284,8 @@ def test_a_long_looped_sum_folds_its_lanes_into_an_fp64_total(tmp_path: Path) ->
     """The looped template's sums (a Frobenius norm over 128,000 values, 250 chunks of 512) stay
     within 1e-6 of float64 where a lane-by-lane fp32 sum is off by ~6e-6 (KernelBench 1/37's norm,
     over 1.9e9 values, was off by 5.6e-5). The fold's period leaves a ragged last group."""
-    import os
-    import subprocess
-    import sys
-
     from kernelevolve.synth.tuner.triton_row import FOLD
+    from tests.tuner_interp import interpret_script
 
     path = _spec(tmp_path, "fro-adversary", "pass", "x / torch.norm(x, p='fro')", f"[{_ADVERSARY}]")
     graph, why = recognize(load_spec(path))
@@ -297,13 +294,8 @@ def test_a_long_looped_sum_folds_its_lanes_into_an_fp64_total(tmp_path: Path) ->
     assert f"if i % {FOLD} == {FOLD - 1}:" in source and "tl.float64" in source
     assert 250 % FOLD != 0
     (tmp_path / "cand.py").write_text(source)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(
-        [sys.executable, "-c", _AGAINST_FP64.format(x=_ADVERSARY), str(tmp_path / "cand.py")],
-        env=env, capture_output=True, text=True, timeout=280,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert float(proc.stdout.split()[-1]) < 1e-6, proc.stdout
+    out = interpret_script(_AGAINST_FP64.format(x=_ADVERSARY), str(tmp_path / "cand.py"))
+    assert float(out.split()[-1]) < 1e-6, out
 
 
 @pytest.mark.gpu

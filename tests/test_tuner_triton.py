@@ -638,6 +638,7 @@ def test_a_long_k_loop_sums_in_two_levels(tmp_path: Path) -> None:
     from kernelevolve.spec import load_spec
     from kernelevolve.synth.tuner.trace import recognize
     from kernelevolve.synth.tuner.triton_gemm import FOLD_ABOVE
+    from tests.tuner_interp import interpret_script
 
     (tmp_path / "matvec.py").write_text(_MATVEC)
     graph, why = recognize(load_spec(tmp_path / "matvec.py"))
@@ -646,13 +647,8 @@ def test_a_long_k_loop_sums_in_two_levels(tmp_path: Path) -> None:
     assert "if kt % FOLD == FOLD - 1:" in source and f"_kt <= {FOLD_ABOVE}" in source
     assert FOLD_ABOVE < 32768 // 16
     (tmp_path / "cand.py").write_text(source)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(
-        [sys.executable, "-c", _AGAINST_FP64, str(tmp_path / "matvec.py"), str(tmp_path / "cand.py")],
-        env=env, capture_output=True, text=True, timeout=280,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert float(proc.stdout.split()[-1]) < 1e-5, proc.stdout
+    out = interpret_script(_AGAINST_FP64, str(tmp_path / "matvec.py"), str(tmp_path / "cand.py"))
+    assert float(out.split()[-1]) < 1e-5, out
 
 
 @pytest.mark.gpu

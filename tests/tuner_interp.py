@@ -1,6 +1,6 @@
 """Running generated tuner candidates against their references under the Triton interpreter, for the
 template tests (`test_tuner_conv.py`, `test_tuner_pool.py`): one subprocess (TRITON_INTERPRET=1, no
-GPU) runs every case and writes "ok" or the failure per case id."""
+GPU) runs every case and writes "ok" or the failure per case id. `interpret_script` runs any script so."""
 
 from __future__ import annotations
 
@@ -61,3 +61,14 @@ def interpret(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     return dict(json.loads((tmp / "results.json").read_text()))
+
+
+def interpret_script(script: str, *args: str) -> str:
+    """Run `script` (Python source, given `args` as sys.argv[1:]) under the Triton interpreter in a
+    subprocess; its stdout. For checks the case runner above does not make (against float64, say)."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=280
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
