@@ -6,8 +6,8 @@ spec files, one or more versions of the harness side by side, on one device.
         [--per-device K] [--env KEY=VALUE] [--out FILE.json] [--sample-gpu]
 
 Each variant runs the same bench (a fresh workspace, the offline tuner, the same budget and
-`--per-device`, unless a variant sets its own) from a fresh interpreter that imports kernelevolve from its `src` folder, so an old
-commit's code runs as it was (`git archive COMMIT src | tar -x -C DIR`). The variants run in turn, in
+`--per-device`, unless a variant sets its own) from a fresh interpreter that imports kernelevolve
+from its `src` folder, so an old commit's code runs as it was (`git archive COMMIT src | tar -x -C DIR`). The variants run in turn, in
 the order given, each with the machine to itself, and each from a workspace that already holds the
 device's hardware profile (measured once, first), so that what is timed is the search. A bench cut
 off by `--timeout` still reports what it evaluated until then.
@@ -87,6 +87,7 @@ def run_variant(
     db = work / "ws" / "kernelevolve.db"
     evaluations = 0
     at: list[float] = []  # seconds from the bench's start to each verdict's record
+    refs_held: list[float] = []  # per evaluation, its worker's reference outputs under the lease
     if db.exists():
         with sqlite3.connect(db) as conn:
             rows_db = conn.execute("SELECT status, verdict_json, created_at FROM evaluations").fetchall()
@@ -94,7 +95,12 @@ def run_variant(
                 evaluations += 1
                 at.append((datetime.fromisoformat(created) - started_at).total_seconds())
                 statuses[status] = statuses.get(status, 0) + 1
-                for step, seconds in (json.loads(verdict_json).get("phases") or {}).items():
+                steps = json.loads(verdict_json).get("phases") or {}
+                refs_held.append(
+                    float(steps.get("start:reference_outputs", 0))
+                    - float(steps.get("start:reference_outputs_wait", 0))
+                )
+                for step, seconds in steps.items():
                     if isinstance(seconds, int | float):
                         phases.setdefault(step, []).append(float(seconds))
     rows = doc.get("results") or []
@@ -112,7 +118,7 @@ def run_variant(
         "per_minute": round(evaluations / (wall / 60), 1) if wall > 0 else None,
         "medians": {k: round(statistics.median(v), 2) for k, v in sorted(phases.items())},
         "sums": {k: round(sum(v), 1) for k, v in sorted(phases.items())},
-        **timeline(sorted(at), phases, wall),
+        **timeline(sorted(at), phases, sum(refs_held), wall),
         "gpu_busy": busy,
         # the bench's progress lines, seconds from its start: where its start-up went
         "progress": [[round(t, 1), line[:160]] for t, line in progress[:400]],
@@ -120,19 +126,17 @@ def run_variant(
     }
 
 
-def timeline(at: list[float], phases: dict[str, list[float]], wall: float) -> dict[str, Any]:
+def timeline(at: list[float], phases: dict[str, list[float]], refs: float, wall: float) -> dict[str, Any]:
     """When the verdicts came, and how much of the wall time the device's lease was held for them.
 
     `first_verdict_s`, `last_verdict_s`: from the bench's start. `steady_per_minute`: verdicts
     between the first and the last, per minute of that span (the bench's start-up and its last
     search's tail left out). `lease_held_s`: the sum over evaluations of the phases run under the
-    lease (first run, correctness, timing) and over workers of their reference outputs' time under
-    it (`start:reference_outputs` less its wait), per candidate and as a share of the wall time."""
+    lease (first run, correctness, timing) and `refs`, their workers' reference outputs' time under it
+    (`start:reference_outputs` less its wait, per evaluation), per candidate and as a share of the wall."""
     if not at:
         return {}
     under = sum(sum(phases.get(k, [])) for k in ("first-run", "correctness", "timing"))
-    refs = sum(a - b for a, b in zip(phases.get("start:reference_outputs", []),
-                                     phases.get("start:reference_outputs_wait", []), strict=False))  # fmt: skip
     span = at[-1] - at[0]
     return {
         "first_verdict_s": round(at[0], 1),
