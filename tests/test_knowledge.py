@@ -412,7 +412,7 @@ def test_skills_merge_near_duplicates_and_verify_only_when_reproduced(tmp_path: 
             return {"fitness": f, "spread": 0.01, "shapes": [{"name": "a", "speedup_vs_eager": f},
                                                             {"name": "b", "speedup_vs_eager": f}]}  # fmt: skip
 
-        return run
+        return lambda jobs: [run(source, label) for source, label in jobs]
 
     assert learning.verify_skills(ws, "run1", tree, evaluate(False), 2, 0.02, kb.index_docs) == []
     entry = ws.skill(s1["id"])["provenance"][0]  # type: ignore[index]

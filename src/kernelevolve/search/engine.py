@@ -31,7 +31,6 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from typing import Any
 
@@ -388,7 +387,7 @@ class Engine:
         assert self.pool is not None
         step = FinishStep(
             self.ctx, self.run_id, self.search, self.limits, self.synth.name, self.emit,
-            measure=self._measure, wall_s=self.wall_s, join_profiles=self.profiler.join,
+            measure_all=self._measure_all, wall_s=self.wall_s, join_profiles=self.profiler.join,
             index_docs=self.kb.index_docs,
         )  # fmt: skip
         return step.run(self.tree(), reason)
@@ -409,23 +408,41 @@ class Engine:
         return self.ws.record_evaluation(verdict.to_dict()), verdict
 
     def _measure(self, source: str, label: str) -> Verdict:
-        """One evaluation of the finish step, given up at once when the run is interrupted (Ctrl-C,
-        or `interrupt` from a bench's other thread): the pool is aborted and KeyboardInterrupt raised,
+        """One live evaluation (`_measure_all` of one)."""
+        (verdict,) = self._measure_all([(source, label)])
+        if isinstance(verdict, Exception):
+            raise verdict
+        return verdict
+
+    def _measure_all(self, jobs: list[tuple[str, str]]) -> list[Verdict | Exception]:
+        """The finish step's evaluations, (source, label) each, as many at once as the search
+        evaluated (the pool's prepared workers serve them); a verdict per job, in order, or the
+        exception its evaluation raised. Given up at once when the run is interrupted (Ctrl-C, or
+        `interrupt` from a bench's other thread): the pool is aborted and KeyboardInterrupt raised,
         with nothing stored, so `resume` finds the run stopped at its limit and finishes it again."""
         pool = self.pool
         assert pool is not None
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelevolve-finish") as ex:
-            future = ex.submit(pool.evaluate_one, source, label, shapes=self.ctx.shapes)
+        at_once = max(1, min(len(jobs), self.parallel(self.ctx.settings.workers)))
+        with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="kernelevolve-finish") as ex:
+            futures = [
+                ex.submit(pool.evaluate_one, source, label, shapes=self.ctx.shapes) for source, label in jobs
+            ]
             try:
-                while True:
-                    try:
-                        return future.result(timeout=0.5)
-                    except FutureTimeout:
-                        if self.interrupt.is_set():
-                            raise KeyboardInterrupt from None
+                while wait(futures, timeout=0.5).not_done:
+                    if self.interrupt.is_set():
+                        raise KeyboardInterrupt
             except KeyboardInterrupt:
+                for f in futures:
+                    f.cancel()
                 self._abort_evaluations()
                 raise
+        out: list[Verdict | Exception] = []
+        for f in futures:
+            exc = f.exception()
+            if exc is not None and not isinstance(exc, Exception):
+                raise exc  # KeyboardInterrupt and the like: not a verdict
+            out.append(f.result() if exc is None else exc)
+        return out
 
     def _abort_evaluations(self) -> None:
         """End the evaluations in flight now (the run interrupted): they record nothing. An executor

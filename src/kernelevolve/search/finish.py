@@ -3,15 +3,20 @@
 Taken once the loop has stopped (or by `kernelevolve agent finish`), with the evaluator pool still
 attached, in this order:
 
-1. The winners: the best node overall, and per shape the node fastest there beyond the noise
-   (`shape_winners`). Up to `MAX_REMEASURE` distinct winners are measured again in fresh workers and
-   each measurement is stored as an evaluation: the number reported is never the lucky one found
-   during the search.
+1. One batch of live measurements in fresh workers, as many at once as the search evaluated
+   (`measure_all`; each distinct kernel once):
+   - the winners: the best node overall, and per shape the node fastest there beyond the noise
+     (`shape_winners`); up to `MAX_REMEASURE` distinct winners, each measurement stored as an
+     evaluation: the number reported is never the lucky one found during the search;
+   - the run's candidate skills: the parent and child of the largest (`learning.skill_checks`).
+     A kernel that is both (the best node is often a skill's child) is measured once.
+   Measured one after the other, a run's end took three to five fresh workers in a row (36 s of a
+   117 s run of KernelBench's 30_Softsign at official size on an H100).
 2. The profile in flight is waited for: its diagnosis belongs in the report.
 3. `best.py` (the best node's source) and the dispatch (`tools.dispatch_table`): per shape, the
    re-measured winner where it beats eager beyond the noise, else the reference.
-4. The run's candidate skills: the largest are re-measured, and those whose gain reproduces are
-   indexed (`learning.verify_skills`). Derived data: a failure is an event, never the run's end.
+4. The skills whose gain reproduced are indexed (`learning.record_skill_checks`). Derived data: a
+   failure is an event, never the run's end.
 5. The summary, stored with the run (status `done`); the export module (a failure to export, e.g.
    two shapes the inputs cannot tell apart, is an event and no export); the report, whose paths are
    stored with the summary last.
@@ -29,7 +34,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kernelevolve.errors import KernelevolveError
 from kernelevolve.evaluate.verdict import Verdict, best_baseline_label
@@ -53,8 +58,9 @@ class FinishStep:
     limits: Limits
     synthesizer: str  # its name, for the summary
     emit: Event
-    # One evaluation in a fresh worker (source, label); KeyboardInterrupt, nothing stored, on an interrupt
-    measure: Callable[[str, str], Verdict]
+    # Evaluations in fresh workers, several at once: a verdict per (source, label), in order, or the
+    # exception its evaluation raised; KeyboardInterrupt, nothing stored, on an interrupt
+    measure_all: Callable[[list[tuple[str, str]]], list[Verdict | Exception]]
     wall_s: Callable[[], float]  # the run's wall time so far, over all its sessions
     join_profiles: Callable[[], None]  # wait for the profile in flight
     index_docs: Callable[[list[Any]], None]  # the knowledge base's, for skills that became verified
@@ -64,18 +70,8 @@ class FinishStep:
         ws, ctx = self.ctx.ws, self.ctx
         best = tree.best(self.search.min_gain)
         baseline = ctx.settings.fitness_baseline
-        finals: dict[int, Verdict] = {}
         winners = shape_winners(tree, best, self.search.min_gain)
-        to_measure = ([best.id] if best else []) + [
-            n for n in dict.fromkeys(winners.values()) if not best or n != best.id
-        ]
-        for node_id in to_measure[:MAX_REMEASURE]:
-            self.emit("remeasure", {"node": node_id})
-            source = tree[node_id].source
-            assert source is not None
-            v = self.measure(source, f"node-{node_id}-final.py")
-            finals[node_id] = v
-            ws.record_evaluation(v.to_dict())
+        finals, skills = self._measure(tree, best, winners)
         self.join_profiles()  # its diagnosis belongs in the report
         out = ctx.out_dir
         out.mkdir(parents=True, exist_ok=True)
@@ -85,7 +81,7 @@ class FinishStep:
             best_path.write_text(best.source)
         dispatch = dispatch_table(ctx.shapes or ctx.spec.names, winners, finals, self.search.min_gain)
         final = finals.get(best.id) if best else None
-        verified = self._verify_skills(tree)
+        verified = self._record_skills(*skills)
         summary = self._summary(tree, best, final, reason, best_path, dispatch, baseline)
         summary["warm_start"] = [{"node": n.id, "note": n.note, "fitness": n.fitness}
                                  for n in tree.nodes.values() if n.mode == "warm"]  # fmt: skip
@@ -116,18 +112,69 @@ class FinishStep:
             })  # fmt: skip
         return out
 
-    def _verify_skills(self, tree: Tree) -> list[dict[str, Any]]:
+    def _measure(
+        self, tree: Tree, best: Any, winners: dict[str, int]
+    ) -> tuple[dict[int, Verdict], tuple[list[learning.SkillCheck], list[tuple[Verdict | Exception, ...]]]]:
+        """Step 1: the winners' and the skills' kernels measured in one batch, each distinct kernel
+        once; the winners' measurements stored. Returns the winners' verdicts by node, and the skill
+        checks with their (parent, child) verdicts."""
+        to_measure = ([best.id] if best else []) + [
+            n for n in dict.fromkeys(winners.values()) if not best or n != best.id
+        ]
+        to_measure = to_measure[:MAX_REMEASURE]
+        checks = self._skill_checks(tree)
+        jobs: list[tuple[str, str]] = []
+        job_of: dict[str, int] = {}  # source -> its job
+
+        def job(source: str | None, label: str) -> int:
+            assert source is not None
+            if source not in job_of:
+                job_of[source] = len(jobs)
+                jobs.append((source, label))
+            return job_of[source]
+
+        for node_id in to_measure:
+            self.emit("remeasure", {"node": node_id})
+        node_jobs = {n: job(tree[n].source, f"node-{n}-final.py") for n in to_measure}
+        for check in checks:
+            self.emit("verify_skill", {"label": f"skill-{check.skill_id}"})
+        check_jobs = [(job(c.parent_source, f"skill-{c.skill_id}-parent.py"),
+                       job(c.child_source, f"skill-{c.skill_id}-child.py")) for c in checks]  # fmt: skip
+        measured = self.measure_all(jobs) if jobs else []
+        finals: dict[int, Verdict] = {}
+        for node_id, j in node_jobs.items():
+            v = measured[j]
+            if isinstance(v, Exception):  # the run fails, as when the winners were measured one by one
+                raise v
+            finals[node_id] = v
+        for j in dict.fromkeys(node_jobs.values()):  # one stored evaluation per measurement
+            self.ctx.ws.record_evaluation(cast(Verdict, measured[j]).to_dict())
+        return finals, (checks, [(measured[p], measured[c]) for p, c in check_jobs])
+
+    def _skill_checks(self, tree: Tree) -> list[learning.SkillCheck]:
         settings = self.ctx.settings
         if not settings.skills or settings.skills_verify <= 0:
             return []
-
-        def evaluate(source: str, label: str) -> dict[str, Any]:
-            self.emit("verify_skill", {"label": label})
-            return self.measure(source, label).to_dict()
-
         try:
-            return learning.verify_skills(self.ctx.ws, self.run_id, tree, evaluate, settings.skills_verify,
-                                          self.search.min_gain, self.index_docs)  # fmt: skip
+            return learning.skill_checks(self.ctx.ws, self.run_id, tree, settings.skills_verify)
+        except Exception as exc:  # derived data: never costs the run its result
+            self.emit(
+                "learn_failed", {"node": None, "error": f"verifying skills: {type(exc).__name__}: {exc}"}
+            )
+            return []
+
+    def _record_skills(
+        self, checks: list[learning.SkillCheck], measured: list[tuple[Verdict | Exception, ...]]
+    ) -> list[dict[str, Any]]:
+        try:
+            pairs = []
+            for pv, cv in measured:
+                for v in (pv, cv):
+                    if isinstance(v, Exception):
+                        raise v
+                pairs.append((cast(Verdict, pv).to_dict(), cast(Verdict, cv).to_dict()))
+            return learning.record_skill_checks(self.ctx.ws, self.run_id, checks, pairs, self.search.min_gain,
+                                                self.index_docs)  # fmt: skip
         except Exception as exc:  # derived data: never costs the run its result
             self.emit(
                 "learn_failed", {"node": None, "error": f"verifying skills: {type(exc).__name__}: {exc}"}

@@ -138,39 +138,70 @@ def skill_candidate(
     return merged
 
 
-def verify_skills(
-    ws: Workspace, run_id: str, tree: Tree, evaluate: Callable[[str, str], dict[str, Any]], limit: int,
-    min_gain: float, index: Callable[[list[Any]], None],
-) -> list[dict[str, Any]]:  # fmt: skip
-    """Re-measure the parent and child of this run's largest unverified skill entries (fresh workers,
-    live baselines); record the outcome and index the skills that became verified."""
+@dataclass(frozen=True)
+class SkillCheck:
+    """One skill entry to re-measure: its parent's and child's kernels, measured live at a run's end."""
+
+    skill_id: str
+    entry: int  # index into the skill's provenance
+    parent_source: str
+    child_source: str
+
+
+def skill_checks(ws: Workspace, run_id: str, tree: Tree, limit: int) -> list[SkillCheck]:
+    """This run's largest unverified skill entries (at most `limit`) whose parent and child are in
+    `tree`: what `verify_skills` re-measures."""
     todo = []
     for skill in ws.skills():
         for i, p in enumerate(skill["provenance"]):
             if p["run"] == run_id and p.get("reproduced") is None:
-                todo.append((p["gain"], skill["id"], i))
-    todo.sort(reverse=True)
-    verified = []
-    for _, skill_id, i in todo[:limit]:
-        found = ws.skill(skill_id)
-        assert found is not None
-        skill = found
-        entry = skill["provenance"][i]
+                todo.append((p["gain"], skill["id"], i, p))
+    todo.sort(key=lambda t: (t[0], t[1], t[2]), reverse=True)
+    checks = []
+    for _, skill_id, i, entry in todo[:limit]:
         parent, child = tree.nodes.get(entry["parent"]), tree.nodes.get(entry["child"])
         if parent is None or child is None or not parent.source or not child.source:
             continue
-        pv = evaluate(parent.source, f"skill-{skill_id}-parent.py")
-        cv = evaluate(child.source, f"skill-{skill_id}-child.py")
-        skill["provenance"][i] = sk.reproduce(entry, pv, cv, min_gain)
+        checks.append(SkillCheck(skill_id, i, parent.source, child.source))
+    return checks
+
+
+def record_skill_checks(
+    ws: Workspace, run_id: str, checks: list[SkillCheck], measured: list[tuple[dict[str, Any], dict[str, Any]]],
+    min_gain: float, index: Callable[[list[Any]], None],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Record each check's outcome (`measured`: its parent's and child's verdicts, in order) and index
+    the skills that became verified; returns those."""
+    verified = []
+    for check, (pv, cv) in zip(checks, measured, strict=True):
+        found = ws.skill(check.skill_id)
+        assert found is not None
+        skill = found
+        skill["provenance"][check.entry] = sk.reproduce(skill["provenance"][check.entry], pv, cv, min_gain)
         was = skill["status"]
         skill["status"] = sk.status_of(skill)
-        skill["verification"] = {"run": run_id, "entry": i, "status": skill["status"]}
+        skill["verification"] = {"run": run_id, "entry": check.entry, "status": skill["status"]}
         ws.put_skill(skill)
         if skill["status"] == "verified" and was != "verified":
             verified.append(skill)
     if verified:
         index([sk.as_doc(s) for s in verified])
     return verified
+
+
+def verify_skills(
+    ws: Workspace, run_id: str, tree: Tree, evaluate_all: Callable[[list[tuple[str, str]]], list[dict[str, Any]]],
+    limit: int, min_gain: float, index: Callable[[list[Any]], None],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Re-measure the parent and child of this run's largest unverified skill entries (fresh workers,
+    live baselines; `evaluate_all` measures a list of (source, label) at once and returns their
+    verdicts in order); record the outcome and index the skills that became verified."""
+    checks = skill_checks(ws, run_id, tree, limit)
+    jobs = [job for c in checks for job in ((c.parent_source, f"skill-{c.skill_id}-parent.py"),
+                                            (c.child_source, f"skill-{c.skill_id}-child.py"))]  # fmt: skip
+    verdicts = evaluate_all(jobs) if jobs else []
+    pairs = list(zip(verdicts[0::2], verdicts[1::2], strict=True))
+    return record_skill_checks(ws, run_id, checks, pairs, min_gain, index)
 
 
 # -- warm starts ----------------------------------------------------------------------------------
@@ -289,5 +320,5 @@ def warm_seeds(
     return out
 
 
-__all__ = ["Seed", "analyze", "beats_parent", "forward_arity", "init_params", "lessons", "phase", "signals",
-           "skill_candidate", "verify_skills", "warm_seeds"]  # fmt: skip
+__all__ = ["Seed", "SkillCheck", "analyze", "beats_parent", "forward_arity", "init_params", "lessons", "phase",
+           "record_skill_checks", "signals", "skill_candidate", "skill_checks", "verify_skills", "warm_seeds"]  # fmt: skip
