@@ -379,3 +379,30 @@ def test_generated_losses_scans_and_matmuls_compile_and_match_on_cuda(tmp_path: 
                     equal_nan=True,
                     msg=f"{name} {template} x{repeat}",
                 )
+
+
+def test_references_traced_from_several_threads_at_once_are_all_recognized(tmp_path: Path) -> None:
+    """A bench stages its specs from several threads; torch.fx's tracing state is global (level 1's
+    36_RMSNorm failed to trace beside the others: "CURRENT_PATCHER is None in finally block")."""
+    import threading
+
+    cases = [*LOSSES.items(), *SCANS.items()][:8]
+    paths = [_spec(tmp_path, f"t{i}_{name}", *case) for i, (name, case) in enumerate(cases * 2)]
+    results: dict[int, str] = {}
+    go = threading.Barrier(len(paths))
+
+    def trace(i: int) -> None:
+        spec = load_spec(paths[i])
+        go.wait()
+        try:
+            graph, why = recognize(spec)
+            results[i] = "ok" if graph is not None else why
+        except Exception as exc:
+            results[i] = f"{type(exc).__name__}: {exc}"
+
+    threads = [threading.Thread(target=trace, args=(i,)) for i in range(len(paths))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == dict.fromkeys(range(len(paths)), "ok")

@@ -25,6 +25,7 @@ import builtins
 import inspect
 import math
 import textwrap
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -91,6 +92,12 @@ def _structure(g: OpGraph) -> tuple[Any, ...]:
 # --- tracing --------------------------------------------------------------------------------------
 
 
+# One trace at a time in this process: torch.fx keeps its tracing state in globals (a bench stages
+# specs from several threads; level 1's 36_RMSNorm failed beside the others with "CURRENT_PATCHER is
+# None in finally block").
+_TRACING = threading.Lock()
+
+
 def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
     import torch
     from torch._decomp import core_aten_decompositions
@@ -124,12 +131,13 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
     for keep in (aten.silu.default, aten.silu_.default, aten.logsumexp.default):
         table.pop(keep, None)  # mapped whole: the decompositions bring ops the IR does not have
     flat = [state[n] for n in names] + [inputs[i] for i in tensor_idx]
-    gm = make_fx(
-        torch.func.functionalize(run),
-        decomposition_table=dict(table),
-        tracing_mode="fake",
-        _allow_non_fake_inputs=True,
-    )(*flat)  # the forward's constants (torch.tensor(c))
+    with _TRACING:
+        gm = make_fx(
+            torch.func.functionalize(run),
+            decomposition_table=dict(table),
+            tracing_mode="fake",
+            _allow_non_fake_inputs=True,
+        )(*flat)  # the forward's constants (torch.tensor(c))
 
     sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
     forward_args = _forward_args(module.Model, len(inputs))
