@@ -36,7 +36,7 @@ part would restate it.
 Deliberately not here: two reductions over different dims in one graph (a norm followed by a mean
 over other dims), reductions after a matmul, convolution or pooling (a staged pipeline's business:
 a later stage sees the intermediate as a plain input), group norm's dims with a reduction of its own,
-cumulative ops, argmax. They raise `Unsupported` with the reason.
+cumulative ops. argmax and argmin are `aten_arg`'s. They raise `Unsupported` with the reason.
 """
 
 from __future__ import annotations
@@ -103,6 +103,8 @@ def _reduction(node: Any) -> tuple[tuple[int, ...], tuple[int, ...], int] | None
         return d, _dims(a.get("dim"), len(d)), 1
     if name in ("max", "min") and isinstance(a.get("dim"), int):
         return d, _dims(a["dim"], len(d)), 1
+    if name in ("argmax", "argmin"):  # `aten_arg`
+        return d, _dims(a.get("dim"), len(d)), 1
     if name in ("_softmax", "_log_softmax"):
         return d, _dims(a.get("dim"), len(d)), 1
     if name == "linalg_vector_norm":
@@ -142,8 +144,11 @@ def mapper_for(gm: Any, sources: list[str], forward_args: list[str]) -> GraphMap
     outs = out_node.args[0] if isinstance(out_node.args[0], list | tuple) else [out_node.args[0]]
     if not outs or getattr(outs[0], "meta", {}).get("val") is None:
         return GraphMapper(gm, sources, forward_args)  # it says why
+    from kernelevolve.synth.tuner.aten_arg import ArgMapper, is_arg
+
+    arg = next((r for n, r in found if is_arg(n)), None)
     o = _shape(outs[0])
-    if not o:
+    if not o and arg is None:  # argmax over every dim gives one index, [] too
         return GraphMapper(gm, sources, forward_args)
 
     def plain(node: Any, r: tuple[tuple[int, ...], tuple[int, ...], int]) -> bool:
@@ -166,14 +171,15 @@ def mapper_for(gm: Any, sources: list[str], forward_args: list[str]) -> GraphMap
             f"aten.{_name(found[0][0])} with a {what} in the graph: only an elementwise epilogue is templated "
             f"after a {what}, and reductions are templated of the graph's inputs"
         )
-    d, dims, groups = found[0][1]
-    return ReduceMapper(gm, sources, forward_args, d, dims, groups)
+    d, dims, groups = arg or found[0][1]
+    return (ArgMapper if arg else ReduceMapper)(gm, sources, forward_args, d, dims, groups)
 
 
 class ReduceMapper(GraphMapper):
     """`GraphMapper` over a domain D with reductions over `dims` of it (see the module's docstring)."""
 
-    output_layouts = ("full", "col", "row", "rowsq")  # col: D-shaped where every dim is reduced
+    # col: D-shaped where every dim is reduced
+    output_layouts: tuple[str, ...] = ("full", "col", "row", "rowsq")
 
     def __init__(
         self,

@@ -23,6 +23,9 @@ candidate file with declared tunables. The patterns recognized:
   iteration space is the largest input's shape (`aten_misc`, `triton_scalar.py`).
 - `scan`: an elementwise prologue, one scan along the last dim (`SCAN_OPS`: cumsum or cumprod,
   inclusive, reversed or exclusive) and an elementwise epilogue on its result (`triton_scan.py`).
+- `arg`: argmax or argmin over a dim (or every dim) of a value D, after an elementwise prologue:
+  a `row` graph with a `reduce` (one `ARG_OPS` op, its int64 result the one output, one index per
+  row; `aten_arg.py`, `triton_arg.py`).
 - `pool`: a max or average pooling (1-, 2- or 3-d; stride, padding, dilation for max) of an input,
   followed by an elementwise epilogue on "acc" as for `conv` (`chan` is one value per channel).
 
@@ -55,7 +58,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Pattern = Literal["elementwise", "row", "gemm", "conv", "pool", "pipeline", "scalar", "scan"]
+Pattern = Literal["elementwise", "row", "gemm", "conv", "pool", "pipeline", "scalar", "scan", "arg"]
 Layout = Literal["full", "col", "row", "scalar", "chan"]  # chan: per output channel (dim 1), conv and pool
 
 # Elementwise ops and their arity. Constants may stand in for any argument.
@@ -75,6 +78,9 @@ ELEMENTWISE_OPS: dict[str, int] = {
 }  # fmt: skip
 # Reductions over the last dim, keepdim: the result has the `row` layout.
 REDUCE_OPS: tuple[str, ...] = ("sum", "mean", "amax", "amin")
+# `arg` graphs: the index (int64) of the first largest / smallest value over the reduced dims, a NaN
+# counting as the largest and the smallest (torch's argmax / argmin); the result has the `row` layout.
+ARG_OPS: tuple[str, ...] = ("argmax", "argmin")
 # `scalar` graphs: a sum or mean of every element of a full or row value; the result is one value.
 TOTAL_OPS: tuple[str, ...] = ("total_sum", "total_mean")
 # `scan` graphs: an inclusive scan along the last dim of a full value (`_rev`: from the last column
@@ -212,7 +218,7 @@ class OpGraph:
             return "full"
         for op in self.ops:
             if op.out == name:
-                if op.op in REDUCE_OPS:
+                if op.op in REDUCE_OPS or op.op in ARG_OPS:
                     return "row"
                 if op.op in TOTAL_OPS:
                     return "scalar"
@@ -239,6 +245,6 @@ class Generated:
 
 
 __all__ = [
-    "ELEMENTWISE_OPS", "REDUCE_OPS", "SCAN_OPS", "TOTAL_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph",
+    "ARG_OPS", "ELEMENTWISE_OPS", "REDUCE_OPS", "SCAN_OPS", "TOTAL_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph",
     "PoolInfo", "ReduceInfo", "TensorArg",
 ]  # fmt: skip
