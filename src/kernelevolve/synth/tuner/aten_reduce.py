@@ -53,6 +53,7 @@ from kernelevolve.synth.tuner.aten_map import (
     _numel,
     _pad,
     _shape,
+    _unit_view,
     _Val,
 )
 from kernelevolve.synth.tuner.ir import OpGraph, ReduceInfo
@@ -312,6 +313,11 @@ class ReduceMapper(GraphMapper):
             canonical = _pad(shape, len(self.o)) == self.keep_shape and len(shape) <= len(self.o)
             return replace(x, shape=shape, layout="row" if canonical else "rowsq")
         if isinstance(x, _Val) and x.leaf is None and x.layout in ("full", "col") and shape != self.o:
+            if _squeezed(shape) == _squeezed(self.o):
+                # Unit dims added or dropped (an instance norm's input unsqueezed, its result squeezed):
+                # the same memory; returned so viewed (`out_view`). An op that then broadcasts it
+                # otherwise than D is refused (`check_arg`, `elementwise`).
+                return replace(x, shape=shape)
             fold = (1, _numel(self.o[:2]), *self.o[2:])
             if shape == fold and self.dims == tuple(range(2, len(self.o))):  # instance norm's view
                 return replace(x, shape=shape)  # only batch norm reads it: it broadcasts to nothing else
@@ -491,7 +497,11 @@ class ReduceMapper(GraphMapper):
         layouts = {graph.layout_of(o) for o in graph.outputs}
         out_shape: tuple[int, ...] | None = None
         if layouts <= {"full", "col"}:
-            if _shape(self.out_nodes[0]) != self.o:
+            if _shape(self.out_nodes[0]) != self.o and _squeezed(_shape(self.out_nodes[0])) == _squeezed(
+                self.o
+            ):
+                graph.out_view = _unit_view(self.o, _shape(self.out_nodes[0]))
+            elif _shape(self.out_nodes[0]) != self.o:
                 raise Unsupported(
                     f"an output of shape {list(_shape(self.out_nodes[0]))}, not the reduced value's"
                 )
@@ -526,6 +536,10 @@ class ReduceMapper(GraphMapper):
         if kept or len(out) != len(shape):
             raise Unsupported(f"an output of shape {list(shape)} is not the reduced values in order")
         return tuple(out)
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
 
 
 def _buffer_updates(gm: Any, sources: list[str]) -> set[Any]:
