@@ -313,14 +313,12 @@ class ReduceMapper(GraphMapper):
             canonical = _pad(shape, len(self.o)) == self.keep_shape and len(shape) <= len(self.o)
             return replace(x, shape=shape, layout="row" if canonical else "rowsq")
         if isinstance(x, _Val) and x.leaf is None and x.layout in ("full", "col") and shape != self.o:
-            if _squeezed(shape) == _squeezed(self.o):
-                # Unit dims added or dropped (an instance norm's input unsqueezed, its result squeezed):
-                # the same memory; returned so viewed (`out_view`). An op that then broadcasts it
-                # otherwise than D is refused (`check_arg`, `elementwise`).
+            if _numel(shape) == _numel(self.o):
+                # The same memory, row-major, under another shape (unit dims added or dropped, dims
+                # merged: `aten_merge`; instance norm's [1, N * C, *S]). Only ops of D's shape read it
+                # (`check_arg`: a shape of D's size that broadcasts to D is D up to leading 1s);
+                # returned, it is viewed back (`out_view` where only unit dims differ).
                 return replace(x, shape=shape)
-            fold = (1, _numel(self.o[:2]), *self.o[2:])
-            if shape == fold and self.dims == tuple(range(2, len(self.o))):  # instance norm's view
-                return replace(x, shape=shape)  # only batch norm reads it: it broadcasts to nothing else
             raise Unsupported(f"reshaping a value of shape {list(x.shape)} to {list(shape)} is not templated")
         return super().view(x, shape)
 

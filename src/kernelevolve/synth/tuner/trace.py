@@ -31,6 +31,7 @@ from typing import Any
 from kernelevolve import pyast
 from kernelevolve.spec import ShapeSpec, Spec, call_get_init_inputs, call_get_inputs, import_spec_module
 from kernelevolve.synth.tuner.aten_map import Unsupported
+from kernelevolve.synth.tuner.aten_merge import split_merged_reductions
 from kernelevolve.synth.tuner.aten_reduce import mapper_for
 from kernelevolve.synth.tuner.aten_unit import drop_unit_reductions
 from kernelevolve.synth.tuner.describe import describe
@@ -133,6 +134,7 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
     )(*flat)  # the forward's constants (torch.tensor(c))
 
     drop_unit_reductions(gm)  # reductions over size-1 dims are copies (`aten_unit`)
+    split_merged_reductions(gm)  # over merged dims: over the dims merged (`aten_merge`)
     sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
     forward_args = _forward_args(module.Model, len(inputs))
     return map_graph(gm, sources, forward_args, shape.name, mapper=mapper_for)
