@@ -13,6 +13,8 @@ candidate file with declared tunables. The patterns recognized:
   grouped channels with dim 1 viewed as (groups, C / groups)): rows enumerate the kept dims and
   cols the reduced ones (row-major each); every tensor read varies along some of those dims
   (`present`); outputs are D-shaped (`full`) or one value per row (`row`, `out_shape`).
+  A D-shaped output with unit dims added or dropped (an instance norm of an unsqueezed value,
+  squeezed back) is returned so viewed (`out_view`).
 - `gemm`: a matrix product (`acc = a @ b`, optionally batched, optionally plus a bias) followed by an
   elementwise epilogue whose ops read the accumulator by the value name "acc".
 - `conv`: a convolution (1-, 2- or 3-d; stride, padding, dilation, groups, transposed or not;
@@ -203,7 +205,7 @@ class OpGraph:
     batch: dict[str, int] = field(default_factory=dict)  # gemm: batch per shape (1 if not batched)
     # `pipeline`: the stages, run in order (each an OpGraph of another pattern); see the module's doc.
     stages: list[OpGraph] = field(default_factory=list)
-    # gemm, conv, pool: where the output is the main op's result with unit dims added or dropped (a
+    # gemm, conv, pool (and row graphs with `reduce`): where the output is the main op's result with unit dims added or dropped (a
     # view: `x.unsqueeze(1)` before a 1-d pooling), each output dim as the result dim it is (-1: an
     # added 1); the wrapper returns its outputs so viewed. () where the output has the result's shape.
     out_view: tuple[int, ...] = ()

@@ -3,8 +3,8 @@
 `map_graph` first maps the whole traced graph (`aten_map.GraphMapper`). Where that is refused, it
 looks for a cut: a value S (a float tensor computed in the graph) such that the graph's part that
 computes S (S and its ancestors: the *prefix*) is itself templated with S as its output, and the rest
-reads nothing of the prefix but S (and views of the inputs and parameters, which are copied into the
-rest). The rest then becomes a graph of its own, S one of its inputs (the intermediate, written by the
+reads nothing of the prefix but S (and views of the inputs and parameters, and the forward's tensor
+constants, get_attr nodes, which are copied into the rest). The rest then becomes a graph of its own, S one of its inputs (the intermediate, written by the
 prefix's kernel in fp32, contiguous, in the traced shape), and is mapped the same way, recursively:
 conv -> pool -> pool gives three stages. Cuts are tried latest first, so each stage fuses as much as
 its template can (a convolution keeps its whole elementwise epilogue up to the pooling).

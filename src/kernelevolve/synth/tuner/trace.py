@@ -3,7 +3,9 @@
 `recognize(spec)` traces the reference once per spec shape with `make_fx` on the meta device (no
 memory, no compute), with parameters passed explicitly through `torch.func.functional_call` and the
 core aten decompositions applied, so `softmax`, `layer_norm`, `rms_norm`, `gelu`, `silu`, `linear` and
-their neighbours arrive as a few aten ops; `aten_map.GraphMapper` (or `aten_reduce.ReduceMapper`,
+their neighbours arrive as a few aten ops. Two rewrites then simplify the graph: reductions over
+size-1 dims become views (`aten_unit`), and reductions over dims a view merged become reductions over
+the dims merged (`aten_merge`). `aten_map.GraphMapper` (or `aten_reduce.ReduceMapper`,
 for reductions over other dims than the output's last) maps each graph onto the IR (`ir.py`), and
 where no one template covers it, `stages.map_graph` cuts it into a pipeline of templated stages (a
 convolution, then a pooling). Every shape must give the same graph (the same stages); only the sizes
