@@ -57,7 +57,7 @@ def map_graph(
         mapper, _Sub(gm.graph, gm), sources, forward_args, len(forward_args), shape_name, budget
     )
     if stages is None:
-        raise Unsupported(why or str(whole)) from None
+        raise Unsupported(_attention(gm.graph) + (why or str(whole))) from None
     for k, stage in enumerate(stages):
         if k < len(stages) - 1:
             stage.dtype = "float32"  # an intermediate: stored in fp32, whatever the reference's dtype
@@ -152,6 +152,30 @@ def _split(
 
 
 _MAIN_OPS = {"convolution", "mm", "addmm", "bmm", *_POOLS}
+_MATMULS = {"mm", "addmm", "bmm"}
+
+
+def _attention(graph: Any) -> str:
+    """A refusal's preface where the graph is attention (a softmax of one matmul's result feeding
+    another matmul), which only a fused flash-attention template could cover; empty otherwise."""
+    nodes = [n for n in graph.nodes if n.op == "call_function"]
+    after: set[Any] = set()  # nodes computed from a matmul's result
+    for n in nodes:
+        if _name(n) in _MATMULS or any(a in after for a in n.all_input_nodes):
+            after.add(n)
+    for n in nodes:
+        if _name(n) in ("_softmax", "_safe_softmax") and n in after:
+            feeds, stack = False, list(n.users)
+            while stack and not feeds:
+                u = stack.pop()
+                feeds = _name(u) in _MATMULS
+                stack.extend(u.users)
+            if feeds:
+                return (
+                    "attention (a softmax between two matmuls) needs a fused flash-attention template, "
+                    "which the tuner does not have; "
+                )
+    return ""
 
 
 def _name(n: Any) -> str:
