@@ -9,6 +9,8 @@ problem's structure:
   instance norm of an unsqueezed matmul result, squeezed back (2/28);
 - a reduction over dims a view merged is a reduction over the dims merged (`aten_merge`): a softmax
   over the flattened spatial dims of a transposed convolution's result, viewed back (2/38);
+- an elementwise output with unit dims is computed over the others (`aten_squeeze`): a reduced
+  [N, 1] plus a [1, C, 1, 1] bias, an outer broadcast of shape [1, C, N, 1] (2/75);
 - the forward's tensor constants (`torch.tensor(c)`: get_attr nodes) are copied into the stage that
   reads them (2/83's `torch.min(x, torch.tensor(min_value))`); its dropout, in training mode with
   p > 0, is refused: random numbers cannot match the reference's.
@@ -37,6 +39,11 @@ REFERENCES = {
         "x = self.linear(x)\nx = torch.sum(x, dim=1, keepdim=True)\nx = torch.max(x, dim=1, keepdim=True)[0]\n"
         "x = torch.mean(x, dim=1, keepdim=True)\nx = torch.logsumexp(x, dim=1, keepdim=True)\n"
         "return torch.logsumexp(x, dim=1, keepdim=True)",
+        "x", "[torch.randn(6, 16)]", ["gemm", "row"],
+    ),
+    "linear-max-sub-mean-gelu": (  # 2/80: x - x.mean(1) of a [N, 1] max is x - x, in the max's stage
+        "self.gemm = nn.Linear(16, 24)",
+        "x = torch.max(self.gemm(x), dim=1, keepdim=True).values\nreturn F.gelu(x - x.mean(dim=1, keepdim=True))",
         "x", "[torch.randn(6, 16)]", ["gemm", "row"],
     ),
     "linear-sub-mean-lse-gelu-residual": (  # 2/51
@@ -73,6 +80,16 @@ REFERENCES = {
     ),
     "flat-mean-centered": (
         "pass", "return x - x.view(2, 3, -1).mean(2).view(2, 3, 1, 1)", "x", "[torch.randn(2, 3, 4, 5)]", ["row"],
+    ),
+    "linear-groupnorm-min-biasadd": (  # 2/75: a reduced [N, 1] plus a [1, C, 1, 1] bias is [1, C, N, 1]
+        "self.gemm = nn.Linear(16, 8)\nself.group_norm = nn.GroupNorm(4, 8)\n"
+        "self.bias = nn.Parameter(torch.randn(1, 8, 1, 1))",
+        "x = self.group_norm(self.gemm(x))\nreturn torch.min(x, dim=1, keepdim=True)[0] + self.bias",
+        "x", "[torch.randn(5, 16)]", ["gemm", "row", "row", "elementwise"],
+    ),
+    "outer-broadcast-unit-dims": (
+        "self.bias = nn.Parameter(torch.randn(1, 8, 1, 1))", "return torch.sigmoid(x * 2.0 + self.bias) - x",
+        "x", "[torch.randn(5, 1)]", ["elementwise"],
     ),
 }  # fmt: skip
 
@@ -147,6 +164,16 @@ def test_reductions_over_size_1_dims_leave_no_reduction_stage(
     graph = graphs["linear-sum-max-mean-lse-lse"][1]
     assert graph is not None
     assert [op.op for op in graph.stages[1].ops] == ["sum"]
+
+
+def test_an_outer_broadcast_is_computed_over_the_output_s_non_unit_dims(
+    graphs: dict[str, tuple[str, OpGraph | None, str]],
+) -> None:
+    """[5, 1] + [1, 8, 1, 1]: over [8, 5] the bias is one value per row, x one per column."""
+    graph = graphs["outer-broadcast-unit-dims"][1]
+    assert graph is not None and graph.out_view == (-1, 0, 1, -1)
+    assert {t.layout for t in graph.tensors} == {"row", "col"}
+    assert "triton-elementwise-2d" in variants(graph)
 
 
 def test_a_reduction_over_merged_dims_is_one_over_the_dims_merged(

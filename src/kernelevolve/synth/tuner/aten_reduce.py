@@ -140,6 +140,10 @@ def mapper_for(gm: Any, sources: list[str], forward_args: list[str]) -> GraphMap
     nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n.users]
     found = [(n, r) for n in nodes if (r := _reduction(n)) is not None]
     if not found:
+        from kernelevolve.synth.tuner import aten_squeeze
+
+        if aten_squeeze.applies(gm):  # an output with unit dims: an outer broadcast over the others
+            return aten_squeeze.UnitDimsMapper(gm, sources, forward_args)
         return GraphMapper(gm, sources, forward_args)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0] if isinstance(out_node.args[0], list | tuple) else [out_node.args[0]]

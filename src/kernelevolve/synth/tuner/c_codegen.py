@@ -74,6 +74,10 @@ def generate(graph: OpGraph, config: dict | None = None, precision: str = "stric
         raise NotImplementedError(
             "the CPU templates do not generate index masks (an arange in the reference)"
         )
+    if graph.pattern == "elementwise" and graph.out_view:
+        raise NotImplementedError(
+            "the CPU templates do not generate an output viewed with unit dims (`out_view`)"
+        )
     if graph.pattern in ("scalar", "scan", "arg"):
         raise NotImplementedError(
             f"the CPU templates do not generate {graph.pattern} graphs (losses, scans, argmax and argmin)"
