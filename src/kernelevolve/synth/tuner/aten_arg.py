@@ -3,12 +3,16 @@
 `aten_reduce.mapper_for` routes a traced graph with an `aten.argmax` or `aten.argmin` here.
 `ArgMapper` is `aten_reduce.ReduceMapper` over the domain D (the shape of the value whose indices are
 taken) with one more reduction, the index one: its result, one int64 index per kept position, is the
-graph's one output (squeezed, kept with keepdim, or viewed with unit dims as torch has it). Before it,
-an elementwise prologue on tensors that broadcast to D (argmax of x * 2 - b) is mapped as any row
-graph's; the template (`triton_arg.py`) computes it in fp32, which can pick another index than torch's
-half-precision arithmetic where two values round together, so a prologue is templated on float32
-tensors only, and so is a half-precision value an earlier pipeline stage computed (the harness compares indices exactly; a float32 prologue's transcendental ops may
-still differ from torch's by an ulp, which changes an index only between values that close).
+graph's one output (squeezed, kept with keepdim, or viewed with unit dims as torch has it).
+
+The harness compares indices exactly, so the values compared must be torch's to the bit: a value
+one ulp off changes the index between two values that close. Before the index reduction, an
+elementwise prologue on float32 tensors that broadcast to D (argmax of x * 2 - b) is templated
+only of ops that IEEE arithmetic rounds exactly as torch's do (`EXACT_OPS`: add, sub, mul, min,
+max, abs, clamp, ...; not Triton's approximate division, square root or transcendentals); a
+half-precision prologue (torch rounds each op to the half dtype, the template computes in fp32) and
+values an earlier pipeline stage computed (a matmul's summation order, an intermediate kept in fp32)
+are refused with that reason.
 
 Deliberately not here: the index used as data (a gather, arithmetic on it: int64 values are not
 carried through elementwise ops), max/min's indices (`torch.max(x, dim)` returns them unread only),
@@ -22,6 +26,10 @@ from typing import Any
 from kernelevolve.synth.tuner.aten_reduce import ReduceMapper, _name, _named
 from kernelevolve.synth.tuner.aten_values import Unsupported
 from kernelevolve.synth.tuner.ir import ARG_OPS, ELEMENTWISE_OPS, OpGraph
+
+# Elementwise ops that fp32 IEEE arithmetic in a Triton kernel rounds exactly as torch's (or that do
+# not round): a prologue of these gives torch's values to the bit.
+EXACT_OPS = {"add", "sub", "mul", "neg", "abs", "maximum", "minimum", "relu", "clamp", "where_gt0", "square"}
 
 
 class ArgMapper(ReduceMapper):
@@ -65,19 +73,29 @@ class ArgMapper(ReduceMapper):
             raise Unsupported(
                 "the index of an argmax or argmin used as data is not templated (only returned)"
             )
-        if any(t.dtype != "float32" for t in graph.tensors) and (
-            len(graph.ops) > 1 or self.reads_a_stage(graph)
-        ):
+        if self.reads_a_stage(graph):
+            raise Unsupported(
+                "an argmax or argmin of values an earlier stage computed is not templated: the harness "
+                "compares indices exactly, and a stage's values (a matmul's summation order, an fp32 "
+                "intermediate) need not be torch's to the bit"
+            )
+        prologue = [op for op in graph.ops if op.op not in ARG_OPS]
+        if prologue and any(t.dtype != "float32" for t in graph.tensors):
             raise Unsupported(
                 "an argmax or argmin of computed half-precision values is not templated: torch rounds "
                 "each op to the half dtype, the template computes in fp32, and indices are compared exactly"
+            )
+        inexact = sorted({op.op for op in prologue} - EXACT_OPS)
+        if inexact:
+            raise Unsupported(
+                f"an argmax or argmin of values computed with {', '.join(inexact)} is not templated: "
+                "indices are compared exactly, and those ops may round otherwise than torch's"
             )
         graph.pattern = "arg"
         return graph
 
     def reads_a_stage(self, graph: OpGraph) -> bool:
-        """Whether a tensor read is an earlier pipeline stage's result (`stages.py`: `_mid<j>`),
-        which the stage stores in fp32 where torch rounded it to the reference's dtype."""
+        """Whether a tensor read is an earlier pipeline stage's result (`stages.py`: `_mid<j>`)."""
         args = self.forward_args
         return any(
             t.source.startswith("input:")

@@ -6,6 +6,8 @@ candidate file with declared tunables. The patterns recognized:
 
 - `elementwise`: every op is elementwise over the output's shape; tensors are `full` (the output's
   shape), `col` (1-D, broadcast along the last dim), `row` (one value per row) or `scalar`.
+  Where the output has unit dims and that picture misses an outer broadcast ([N, 1] + [1, C, 1, 1]),
+  the graph is over the output with its unit dims dropped, viewed back (`out_view`, `aten_squeeze`).
 - `row`: elementwise ops plus reductions over the last dim (keepdim), whose results have the `row`
   layout and broadcast back: softmax, log-softmax, layer and RMS norms, and their fused neighbours.
   With `reduce` (a `ReduceInfo`, see `aten_reduce.py`), reductions over any dims of a value of
