@@ -105,6 +105,8 @@ class GraphMapper:
 
     # The layouts an output may have (`aten_reduce` adds one value per row).
     output_layouts: tuple[str, ...] = ("full",)
+    # The dtypes an output may have (`aten_arg` maps argmax's int64 indices).
+    output_dtypes: tuple[str, ...] = FLOAT_DTYPES
 
     def __init__(
         self, gm: Any, sources: list[str], forward_args: list[str], domain: tuple[int, ...] | None = None
@@ -130,8 +132,11 @@ class GraphMapper:
             shapes = ", ".join(str(list(_shape(o))) for o in outs)
             raise Unsupported(f"outputs of different shapes ({shapes}) are not templated")
         self.dtype = _dtype(outs[0])
-        if self.dtype not in FLOAT_DTYPES or any(_dtype(o) != self.dtype for o in outs):
-            raise Unsupported(f"output dtype {self.dtype} is not templated (float32, float16, bfloat16)")
+        if any(_dtype(o) != self.dtype for o in outs):
+            dtypes = ", ".join(_dtype(o) for o in outs)
+            raise Unsupported(f"outputs of different dtypes ({dtypes}) are not templated")
+        if self.dtype not in self.output_dtypes:
+            raise Unsupported(f"output dtype {self.dtype} is not templated ({', '.join(self.output_dtypes)})")
         self.rows, self.cols = _numel(self.o[:-1]), self.o[-1]
         self.tensors: dict[str, TensorArg] = {}
         self.ops: list[Op] = []

@@ -36,7 +36,7 @@ part would restate it.
 Deliberately not here: two reductions over different dims in one graph (a norm followed by a mean
 over other dims), reductions after a matmul, convolution or pooling (a staged pipeline's business:
 a later stage sees the intermediate as a plain input), group norm's dims with a reduction of its own,
-cumulative ops, argmax. They raise `Unsupported` with the reason.
+cumulative ops. argmax and argmin are `aten_arg`'s. They raise `Unsupported` with the reason.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from kernelevolve.synth.tuner.aten_map import (
     _numel,
     _pad,
     _shape,
+    _unit_view,
     _Val,
 )
 from kernelevolve.synth.tuner.ir import OpGraph, ReduceInfo
@@ -103,6 +104,8 @@ def _reduction(node: Any) -> tuple[tuple[int, ...], tuple[int, ...], int] | None
         return d, _dims(a.get("dim"), len(d)), 1
     if name in ("max", "min") and isinstance(a.get("dim"), int):
         return d, _dims(a["dim"], len(d)), 1
+    if name in ("argmax", "argmin"):  # `aten_arg`
+        return d, _dims(a.get("dim"), len(d)), 1
     if name in ("_softmax", "_log_softmax"):
         return d, _dims(a.get("dim"), len(d)), 1
     if name == "linalg_vector_norm":
@@ -137,13 +140,20 @@ def mapper_for(gm: Any, sources: list[str], forward_args: list[str]) -> GraphMap
     nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n.users]
     found = [(n, r) for n in nodes if (r := _reduction(n)) is not None]
     if not found:
+        from kernelevolve.synth.tuner import aten_squeeze
+
+        if aten_squeeze.applies(gm):  # an output with unit dims: an outer broadcast over the others
+            return aten_squeeze.UnitDimsMapper(gm, sources, forward_args)
         return GraphMapper(gm, sources, forward_args)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0] if isinstance(out_node.args[0], list | tuple) else [out_node.args[0]]
     if not outs or getattr(outs[0], "meta", {}).get("val") is None:
         return GraphMapper(gm, sources, forward_args)  # it says why
+    from kernelevolve.synth.tuner.aten_arg import ArgMapper, is_arg
+
+    arg = next((r for n, r in found if is_arg(n)), None)
     o = _shape(outs[0])
-    if not o:
+    if not o and arg is None:  # argmax over every dim gives one index, [] too
         return GraphMapper(gm, sources, forward_args)
 
     def plain(node: Any, r: tuple[tuple[int, ...], tuple[int, ...], int]) -> bool:
@@ -166,14 +176,15 @@ def mapper_for(gm: Any, sources: list[str], forward_args: list[str]) -> GraphMap
             f"aten.{_name(found[0][0])} with a {what} in the graph: only an elementwise epilogue is templated "
             f"after a {what}, and reductions are templated of the graph's inputs"
         )
-    d, dims, groups = found[0][1]
-    return ReduceMapper(gm, sources, forward_args, d, dims, groups)
+    d, dims, groups = arg or found[0][1]
+    return (ArgMapper if arg else ReduceMapper)(gm, sources, forward_args, d, dims, groups)
 
 
 class ReduceMapper(GraphMapper):
     """`GraphMapper` over a domain D with reductions over `dims` of it (see the module's docstring)."""
 
-    output_layouts = ("full", "col", "row", "rowsq")  # col: D-shaped where every dim is reduced
+    # col: D-shaped where every dim is reduced
+    output_layouts: tuple[str, ...] = ("full", "col", "row", "rowsq")
 
     def __init__(
         self,
@@ -306,9 +317,12 @@ class ReduceMapper(GraphMapper):
             canonical = _pad(shape, len(self.o)) == self.keep_shape and len(shape) <= len(self.o)
             return replace(x, shape=shape, layout="row" if canonical else "rowsq")
         if isinstance(x, _Val) and x.leaf is None and x.layout in ("full", "col") and shape != self.o:
-            fold = (1, _numel(self.o[:2]), *self.o[2:])
-            if shape == fold and self.dims == tuple(range(2, len(self.o))):  # instance norm's view
-                return replace(x, shape=shape)  # only batch norm reads it: it broadcasts to nothing else
+            if _numel(shape) == _numel(self.o):
+                # The same memory, row-major, under another shape (unit dims added or dropped, dims
+                # merged: `aten_merge`; instance norm's [1, N * C, *S]). Only ops of D's shape read it
+                # (`check_arg`: a shape of D's size that broadcasts to D is D up to leading 1s);
+                # returned, it is viewed back (`out_view` where only unit dims differ).
+                return replace(x, shape=shape)
             raise Unsupported(f"reshaping a value of shape {list(x.shape)} to {list(shape)} is not templated")
         return super().view(x, shape)
 
@@ -485,7 +499,11 @@ class ReduceMapper(GraphMapper):
         layouts = {graph.layout_of(o) for o in graph.outputs}
         out_shape: tuple[int, ...] | None = None
         if layouts <= {"full", "col"}:
-            if _shape(self.out_nodes[0]) != self.o:
+            if _shape(self.out_nodes[0]) != self.o and _squeezed(_shape(self.out_nodes[0])) == _squeezed(
+                self.o
+            ):
+                graph.out_view = _unit_view(self.o, _shape(self.out_nodes[0]))
+            elif _shape(self.out_nodes[0]) != self.o:
                 raise Unsupported(
                     f"an output of shape {list(_shape(self.out_nodes[0]))}, not the reduced value's"
                 )
@@ -520,6 +538,10 @@ class ReduceMapper(GraphMapper):
         if kept or len(out) != len(shape):
             raise Unsupported(f"an output of shape {list(shape)} is not the reduced values in order")
         return tuple(out)
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
 
 
 def _buffer_updates(gm: Any, sources: list[str]) -> set[Any]:

@@ -74,8 +74,14 @@ def generate(graph: OpGraph, config: dict | None = None, precision: str = "stric
         raise NotImplementedError(
             "the CPU templates do not generate index masks (an arange in the reference)"
         )
-    if graph.pattern in ("scalar", "scan"):
-        raise NotImplementedError(f"the CPU templates do not generate {graph.pattern} graphs (losses, scans)")
+    if graph.pattern == "elementwise" and graph.out_view:
+        raise NotImplementedError(
+            "the CPU templates do not generate an output viewed with unit dims (`out_view`)"
+        )
+    if graph.pattern in ("scalar", "scan", "arg"):
+        raise NotImplementedError(
+            f"the CPU templates do not generate {graph.pattern} graphs (losses, scans, argmax and argmin)"
+        )
     if graph.dtype != "float32" or any(t.dtype != "float32" for t in graph.tensors):
         raise NotImplementedError("the CPU templates compute fp32 tensors only")
     if precision not in ("strict_fp32", "tf32", "low"):

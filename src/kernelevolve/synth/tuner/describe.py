@@ -29,6 +29,9 @@ def describe(g: OpGraph) -> str:
         epi = f", epilogue: {names}" if names else ""
         return (f"{q.kind} pool{q.x_dims}d (kernel {list(q.kernel)}, stride {list(q.stride)}, "
                 f"padding {list(q.padding)}{dilation}){epi}")  # fmt: skip
+    if g.pattern == "arg" and g.reduce is not None:
+        dims = sorted(g.reduce.reduced)
+        return f"index reduction over dims {dims} of a {g.reduce.rank}-d value: {names}"
     if g.pattern == "row" and g.reduce is not None:
         r = g.reduce
         dims = sorted({d - (1 if r.groups > 1 and d >= 2 else 0) for d in r.reduced})

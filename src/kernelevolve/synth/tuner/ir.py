@@ -6,6 +6,8 @@ candidate file with declared tunables. The patterns recognized:
 
 - `elementwise`: every op is elementwise over the output's shape; tensors are `full` (the output's
   shape), `col` (1-D, broadcast along the last dim), `row` (one value per row) or `scalar`.
+  Where the output has unit dims and that picture misses an outer broadcast ([N, 1] + [1, C, 1, 1]),
+  the graph is over the output with its unit dims dropped, viewed back (`out_view`, `aten_squeeze`).
 - `row`: elementwise ops plus reductions over the last dim (keepdim), whose results have the `row`
   layout and broadcast back: softmax, log-softmax, layer and RMS norms, and their fused neighbours.
   With `reduce` (a `ReduceInfo`, see `aten_reduce.py`), reductions over any dims of a value of
@@ -13,6 +15,8 @@ candidate file with declared tunables. The patterns recognized:
   grouped channels with dim 1 viewed as (groups, C / groups)): rows enumerate the kept dims and
   cols the reduced ones (row-major each); every tensor read varies along some of those dims
   (`present`); outputs are D-shaped (`full`) or one value per row (`row`, `out_shape`).
+  A D-shaped output with unit dims added or dropped (an instance norm of an unsqueezed value,
+  squeezed back) is returned so viewed (`out_view`).
 - `gemm`: a matrix product (`acc = a @ b`, optionally batched, optionally plus a bias) followed by an
   elementwise epilogue whose ops read the accumulator by the value name "acc".
 - `conv`: a convolution (1-, 2- or 3-d; stride, padding, dilation, groups, transposed or not;
@@ -23,6 +27,9 @@ candidate file with declared tunables. The patterns recognized:
   iteration space is the largest input's shape (`aten_misc`, `triton_scalar.py`).
 - `scan`: an elementwise prologue, one scan along the last dim (`SCAN_OPS`: cumsum or cumprod,
   inclusive, reversed or exclusive) and an elementwise epilogue on its result (`triton_scan.py`).
+- `arg`: argmax or argmin over a dim (or every dim) of a value D, after an elementwise prologue:
+  a `row` graph with a `reduce` (one `ARG_OPS` op, its int64 result the one output, one index per
+  row; `aten_arg.py`, `triton_arg.py`).
 - `pool`: a max or average pooling (1-, 2- or 3-d; stride, padding, dilation for max) of an input,
   followed by an elementwise epilogue on "acc" as for `conv` (`chan` is one value per channel).
 
@@ -55,7 +62,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Pattern = Literal["elementwise", "row", "gemm", "conv", "pool", "pipeline", "scalar", "scan"]
+Pattern = Literal["elementwise", "row", "gemm", "conv", "pool", "pipeline", "scalar", "scan", "arg"]
 Layout = Literal["full", "col", "row", "scalar", "chan"]  # chan: per output channel (dim 1), conv and pool
 
 # Elementwise ops and their arity. Constants may stand in for any argument.
@@ -75,6 +82,9 @@ ELEMENTWISE_OPS: dict[str, int] = {
 }  # fmt: skip
 # Reductions over the last dim, keepdim: the result has the `row` layout.
 REDUCE_OPS: tuple[str, ...] = ("sum", "mean", "amax", "amin")
+# `arg` graphs: the index (int64) of the first largest / smallest value over the reduced dims, a NaN
+# counting as the largest and the smallest (torch's argmax / argmin); the result has the `row` layout.
+ARG_OPS: tuple[str, ...] = ("argmax", "argmin")
 # `scalar` graphs: a sum or mean of every element of a full or row value; the result is one value.
 TOTAL_OPS: tuple[str, ...] = ("total_sum", "total_mean")
 # `scan` graphs: an inclusive scan along the last dim of a full value (`_rev`: from the last column
@@ -197,7 +207,7 @@ class OpGraph:
     batch: dict[str, int] = field(default_factory=dict)  # gemm: batch per shape (1 if not batched)
     # `pipeline`: the stages, run in order (each an OpGraph of another pattern); see the module's doc.
     stages: list[OpGraph] = field(default_factory=list)
-    # gemm, conv, pool: where the output is the main op's result with unit dims added or dropped (a
+    # gemm, conv, pool (and row graphs with `reduce`): where the output is the main op's result with unit dims added or dropped (a
     # view: `x.unsqueeze(1)` before a 1-d pooling), each output dim as the result dim it is (-1: an
     # added 1); the wrapper returns its outputs so viewed. () where the output has the result's shape.
     out_view: tuple[int, ...] = ()
@@ -212,7 +222,7 @@ class OpGraph:
             return "full"
         for op in self.ops:
             if op.out == name:
-                if op.op in REDUCE_OPS:
+                if op.op in REDUCE_OPS or op.op in ARG_OPS:
                     return "row"
                 if op.op in TOTAL_OPS:
                     return "scalar"
@@ -239,6 +249,6 @@ class Generated:
 
 
 __all__ = [
-    "ELEMENTWISE_OPS", "REDUCE_OPS", "SCAN_OPS", "TOTAL_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph",
+    "ARG_OPS", "ELEMENTWISE_OPS", "REDUCE_OPS", "SCAN_OPS", "TOTAL_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph",
     "PoolInfo", "ReduceInfo", "TensorArg",
 ]  # fmt: skip

@@ -3,8 +3,8 @@
 `map_graph` first maps the whole traced graph (`aten_map.GraphMapper`). Where that is refused, it
 looks for a cut: a value S (a float tensor computed in the graph) such that the graph's part that
 computes S (S and its ancestors: the *prefix*) is itself templated with S as its output, and the rest
-reads nothing of the prefix but S (and views of the inputs and parameters, which are copied into the
-rest). The rest then becomes a graph of its own, S one of its inputs (the intermediate, written by the
+reads nothing of the prefix but S (and views of the inputs and parameters, and the forward's tensor
+constants, get_attr nodes, which are copied into the rest). The rest then becomes a graph of its own, S one of its inputs (the intermediate, written by the
 prefix's kernel in fp32, contiguous, in the traced shape), and is mapped the same way, recursively:
 conv -> pool -> pool gives three stages. Cuts are tried latest first, so each stage fuses as much as
 its template can (a convolution keeps its whole elementwise epilogue up to the pooling).
@@ -53,9 +53,11 @@ def map_graph(
     except Unsupported as exc:
         whole = exc
     budget = [_BUDGET]
-    stages, why = _split(mapper, gm.graph, sources, forward_args, len(forward_args), shape_name, budget)
+    stages, why = _split(
+        mapper, _Sub(gm.graph, gm), sources, forward_args, len(forward_args), shape_name, budget
+    )
     if stages is None:
-        raise Unsupported(why or str(whole)) from None
+        raise Unsupported(_attention(gm.graph) + (why or str(whole))) from None
     for k, stage in enumerate(stages):
         if k < len(stages) - 1:
             stage.dtype = "float32"  # an intermediate: stored in fp32, whatever the reference's dtype
@@ -76,7 +78,7 @@ def map_graph(
 
 def _split(
     mapper: Mapper,
-    graph: Any,
+    gm: _Sub,
     sources: list[str],
     args: list[str],
     n_inputs: int,
@@ -88,7 +90,9 @@ def _split(
     a stage may read, the reference's and the intermediates so far."""
     if depth + 1 >= MAX_STAGES:
         return None, f"a pipeline has at most {MAX_STAGES} stages"
-    nodes = [n for n in graph.nodes if n.op == "call_function" and n.users]
+    graph = gm.graph
+    # get_attr nodes are the forward's constants (torch.tensor(c)): free, copied where read.
+    nodes = [n for n in graph.nodes if n.op in ("call_function", "get_attr") and n.users]
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in graph.nodes if n.op == "output")
     outputs = set(out_node.all_input_nodes)
@@ -117,15 +121,15 @@ def _split(
             continue
         budget[0] -= 1
         try:
-            head = mapper(_graph(placeholders, [n for n in nodes if n in prefix], cut), sources, args).build(
-                shape_name
-            )
+            head = mapper(
+                _graph(gm, placeholders, [n for n in nodes if n in prefix], cut), sources, args
+            ).build(shape_name)
         except Unsupported:
             continue
         j = len(args) - n_inputs
         mid = f"_mid{j}"
         copied = [n for n in nodes if n in free and any(n in ancestors[b] for b in borrowed)]
-        tail = _graph(placeholders, copied + rest, out_node.args[0], cut)
+        tail = _graph(gm, placeholders, copied + rest, out_node.args[0], cut)
         tail_sources, tail_args = [*sources, f"input:{len(args)}"], [*args, mid]
         budget[0] -= 1
         later: list[OpGraph] | None
@@ -133,7 +137,7 @@ def _split(
             later = [mapper(tail, tail_sources, tail_args).build(shape_name)]
         except Unsupported as exc:
             later, sub = _split(
-                mapper, tail.graph, tail_sources, tail_args, n_inputs, shape_name, budget, depth + 1
+                mapper, tail, tail_sources, tail_args, n_inputs, shape_name, budget, depth + 1
             )
             if later is None:  # the deepest stage's reason, else this tail's own
                 limit = f" (and {sub})" if sub.startswith("a pipeline has at most") else ""
@@ -148,6 +152,30 @@ def _split(
 
 
 _MAIN_OPS = {"convolution", "mm", "addmm", "bmm", *_POOLS}
+_MATMULS = {"mm", "addmm", "bmm"}
+
+
+def _attention(graph: Any) -> str:
+    """A refusal's preface where the graph is attention (a softmax of one matmul's result feeding
+    another matmul), which only a fused flash-attention template could cover; empty otherwise."""
+    nodes = [n for n in graph.nodes if n.op == "call_function"]
+    after: set[Any] = set()  # nodes computed from a matmul's result
+    for n in nodes:
+        if _name(n) in _MATMULS or any(a in after for a in n.all_input_nodes):
+            after.add(n)
+    for n in nodes:
+        if _name(n) in ("_softmax", "_safe_softmax") and n in after:
+            feeds, stack = False, list(n.users)
+            while stack and not feeds:
+                u = stack.pop()
+                feeds = _name(u) in _MATMULS
+                stack.extend(u.users)
+            if feeds:
+                return (
+                    "attention (a softmax between two matmuls) needs a fused flash-attention template, "
+                    "which the tuner does not have; "
+                )
+    return ""
 
 
 def _name(n: Any) -> str:
@@ -170,13 +198,20 @@ def _float_tensor(n: Any) -> bool:
 
 
 class _Sub:
-    """A graph module's stand-in for GraphMapper (which reads `.graph` only)."""
+    """A graph module's stand-in for GraphMapper: `.graph`, and the traced module's attributes (the
+    constants its get_attr nodes name) from `owner`."""
 
-    def __init__(self, graph: Any):
+    def __init__(self, graph: Any, owner: Any = None):
         self.graph = graph
+        self._owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or self._owner is None:
+            raise AttributeError(name)
+        return getattr(self._owner, name)
 
 
-def _graph(placeholders: list[Any], body: list[Any], output: Any, mid: Any = None) -> _Sub:
+def _graph(gm: _Sub, placeholders: list[Any], body: list[Any], output: Any, mid: Any = None) -> _Sub:
     """A new fx graph: every placeholder (so sources keep their positions), `mid` (a node of the
     original) as one more placeholder if given, the `body` nodes copied in order, and `output`."""
     import torch.fx as fx
@@ -198,7 +233,7 @@ def _graph(placeholders: list[Any], body: list[Any], output: Any, mid: Any = Non
         return env[o] if isinstance(o, fx.Node) else o
 
     g.output(remap(output))
-    return _Sub(g)
+    return _Sub(g, gm)
 
 
 def _fp32_if_intermediate(t: TensorArg, n_inputs: int) -> TensorArg:

@@ -3,7 +3,9 @@
 `recognize(spec)` traces the reference once per spec shape with `make_fx` on the meta device (no
 memory, no compute), with parameters passed explicitly through `torch.func.functional_call` and the
 core aten decompositions applied, so `softmax`, `layer_norm`, `rms_norm`, `gelu`, `silu`, `linear` and
-their neighbours arrive as a few aten ops; `aten_map.GraphMapper` (or `aten_reduce.ReduceMapper`,
+their neighbours arrive as a few aten ops. Two rewrites then simplify the graph: reductions over
+size-1 dims become views (`aten_unit`), and reductions over dims a view merged become reductions over
+the dims merged (`aten_merge`). `aten_map.GraphMapper` (or `aten_reduce.ReduceMapper`,
 for reductions over other dims than the output's last) maps each graph onto the IR (`ir.py`), and
 where no one template covers it, `stages.map_graph` cuts it into a pipeline of templated stages (a
 convolution, then a pooling). Every shape must give the same graph (the same stages); only the sizes
@@ -32,7 +34,9 @@ from typing import Any
 from kernelevolve import pyast
 from kernelevolve.spec import ShapeSpec, Spec, call_get_init_inputs, call_get_inputs, import_spec_module
 from kernelevolve.synth.tuner.aten_map import Unsupported
+from kernelevolve.synth.tuner.aten_merge import split_merged_reductions
 from kernelevolve.synth.tuner.aten_reduce import mapper_for
+from kernelevolve.synth.tuner.aten_unit import drop_unit_reductions
 from kernelevolve.synth.tuner.describe import describe
 from kernelevolve.synth.tuner.ir import OpGraph
 from kernelevolve.synth.tuner.stages import map_graph
@@ -139,6 +143,8 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
             _allow_non_fake_inputs=True,
         )(*flat)  # the forward's constants (torch.tensor(c))
 
+    drop_unit_reductions(gm)  # reductions over size-1 dims are copies (`aten_unit`)
+    split_merged_reductions(gm)  # over merged dims: over the dims merged (`aten_merge`)
     sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
     forward_args = _forward_args(module.Model, len(inputs))
     return map_graph(gm, sources, forward_args, shape.name, mapper=mapper_for)

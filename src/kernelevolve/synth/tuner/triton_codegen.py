@@ -29,6 +29,8 @@ Templates per pattern (`variants(graph)` lists them, the first is the default):
   partial totals, then one program sums them in a fixed order), see `triton_scalar.py`.
 - scan: `triton-scan` (cumsum / cumprod along the last dim, chunked with a carried running value;
   reversed and exclusive forms), see `triton_scan.py`.
+- arg: `triton-arg` (argmax / argmin over any dims, chunked, ties to the first index and NaN first
+  as torch has them; int64 indices), see `triton_arg.py`.
 
 Loop trip counts that depend on shapes are passed as constexprs: the Triton 3.6 interpreter (numpy 2)
 cannot loop to a run-time bound, and the compiled kernel is specialized per shape anyway.
@@ -46,6 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelevolve.synth.tuner import (
+    triton_arg,
     triton_conv,
     triton_gemm,
     triton_pool,
@@ -242,6 +245,7 @@ TEMPLATES: dict[str, tuple[str, Builder, Callable[[OpGraph], bool]]] = {
     "triton-scalar": ("scalar", lambda g, p: triton_scalar.build(g, p, looped=False), _always),
     "triton-scalar-looped": ("scalar", lambda g, p: triton_scalar.build(g, p, looped=True), _always),
     "triton-scan": ("scan", triton_scan.build, _always),
+    "triton-arg": ("arg", triton_arg.build, _always),
 }
 
 

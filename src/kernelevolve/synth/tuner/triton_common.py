@@ -349,6 +349,10 @@ def prologue(graph: OpGraph, tensors: list[TensorArg], names: Names, args: list[
             + ", ".join(f"{names.local(t.name)}.shape" for t in shaped)
             + ")"
         )
+    if graph.pattern == "elementwise" and graph.out_view:  # computed over the output's non-unit dims
+        n = len(graph.out_view)
+        kept = ", ".join(f"_shape[{i - n}]" for i, d in enumerate(graph.out_view) if d >= 0)
+        lines.append(f"_shape = torch.Size([{kept}])")
     lines.append(f"_device = {names.local(tensors[0].name)}.device")
     lines += allocate(graph, "_shape")
     return lines
