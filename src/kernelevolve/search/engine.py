@@ -403,23 +403,17 @@ class Engine:
                 hint="re-measure a node that was submitted and evaluated",
             )
         self.emit("remeasure", {"node": node_id})
-        verdict = self._measure(node.source, f"node-{node_id}-remeasure.py")
+        (verdict,) = self._measure_all([(node.source, f"node-{node_id}-remeasure.py")])
+        if isinstance(verdict, Exception):
+            raise verdict
         verdict.method.key = self.reuse_key
         return self.ws.record_evaluation(verdict.to_dict()), verdict
 
-    def _measure(self, source: str, label: str) -> Verdict:
-        """One live evaluation (`_measure_all` of one)."""
-        (verdict,) = self._measure_all([(source, label)])
-        if isinstance(verdict, Exception):
-            raise verdict
-        return verdict
-
     def _measure_all(self, jobs: list[tuple[str, str]]) -> list[Verdict | Exception]:
-        """The finish step's evaluations, (source, label) each, as many at once as the search
-        evaluated (the pool's prepared workers serve them); a verdict per job, in order, or the
-        exception its evaluation raised. Given up at once when the run is interrupted (Ctrl-C, or
-        `interrupt` from a bench's other thread): the pool is aborted and KeyboardInterrupt raised,
-        with nothing stored, so `resume` finds the run stopped at its limit and finishes it again."""
+        """Live evaluations, (source, label) each, as many at once as the search evaluated: a verdict
+        per job, in order, or the exception its evaluation raised. Given up at once on an interrupt
+        (Ctrl-C, or a bench's `interrupt`): the pool aborted and KeyboardInterrupt raised, nothing
+        stored, so `resume` finds the run stopped at its limit and finishes it again."""
         pool = self.pool
         assert pool is not None
         at_once = max(1, min(len(jobs), self.parallel(self.ctx.settings.workers)))

@@ -1,6 +1,6 @@
 """argmax and argmin over a dim (or every dim) of a value, mapped onto an `arg` graph (see `ir.py`).
 
-`aten_reduce.mapper_for` routes a traced graph with an `aten.argmax` or `aten.argmin` here.
+`aten_route.mapper_for` routes a traced graph with an `aten.argmax` or `aten.argmin` here.
 `ArgMapper` is `aten_reduce.ReduceMapper` over the domain D (the shape of the value whose indices are
 taken) with one more reduction, the index one: its result, one int64 index per kept position, is the
 graph's one output (squeezed, kept with keepdim, or viewed with unit dims as torch has it).

@@ -1,9 +1,9 @@
 """Reductions over any dims, and the norms built from them, mapped onto a `row` graph with a
 `ReduceInfo` (see `ir.py`).
 
-`mapper_for(gm, ...)` scans a traced graph first. Where every reduction is over the last dim of a
-value of the output's shape (softmax, layer norm over one dim, ...), the plain `GraphMapper` maps it
-as before. Otherwise `ReduceMapper` does, over a *domain* D, the shape of the value reduced (an
+`aten_route.mapper_for(gm, ...)` scans a traced graph first. Where every reduction is over the last
+dim of a value of the output's shape (softmax, layer norm over one dim, ...), the plain `GraphMapper`
+maps it as before. Otherwise `ReduceMapper` does, over a *domain* D, the shape of the value reduced (an
 input's or an intermediate's; outputs are D-shaped or one value per row):
 
 - plain reductions (`sum`, `mean`, `amax`, `amin`, `max`/`min` with their indices unread, `var`,
@@ -29,7 +29,7 @@ and in training mode the output does not read the running statistics, so a candi
 buffers unchanged returns the same outputs. Nodes whose only use is a `copy_` into a module buffer
 are skipped for that reason.
 
-Why one module (over 450 lines): the routing (`mapper_for`), `ReduceMapper` and the norms it maps
+Why one module (over 450 lines): `ReduceMapper` and the norms it maps
 share one picture of D, its kept and reduced dims and where each tensor sits in it; split, each
 part would restate it.
 
@@ -131,53 +131,6 @@ def _instance_base(x: Any) -> tuple[int, ...] | None:
     if len(base) >= 3 and d == (1, base[0] * base[1], *base[2:]):
         return base
     return None
-
-
-def mapper_for(gm: Any, sources: list[str], forward_args: list[str]) -> GraphMapper:
-    """`GraphMapper` for graphs whose reductions are all over the output's last dim, and for those
-    reduced to one value (a loss: `GraphMapper`'s `scalar` pattern, partial sums in a fixed order),
-    `ReduceMapper` for the others."""
-    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n.users]
-    found = [(n, r) for n in nodes if (r := _reduction(n)) is not None]
-    if not found:
-        from kernelevolve.synth.tuner import aten_squeeze
-
-        if aten_squeeze.applies(gm):  # an output with unit dims: an outer broadcast over the others
-            return aten_squeeze.UnitDimsMapper(gm, sources, forward_args)
-        return GraphMapper(gm, sources, forward_args)
-    out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    outs = out_node.args[0] if isinstance(out_node.args[0], list | tuple) else [out_node.args[0]]
-    if not outs or getattr(outs[0], "meta", {}).get("val") is None:
-        return GraphMapper(gm, sources, forward_args)  # it says why
-    from kernelevolve.synth.tuner.aten_arg import ArgMapper, is_arg
-
-    arg = next((r for n, r in found if is_arg(n)), None)
-    o = _shape(outs[0])
-    if not o and arg is None:  # argmax over every dim gives one index, [] too
-        return GraphMapper(gm, sources, forward_args)
-
-    def plain(node: Any, r: tuple[tuple[int, ...], tuple[int, ...], int]) -> bool:
-        d, dims, groups = r
-        return (
-            (_name(node) in _PLAIN or _name(node) == "native_layer_norm")
-            and groups == 1
-            and d == o
-            and len(d) > 0
-            and dims == (len(d) - 1,)
-        )
-
-    if all(plain(n, r) for n, r in found):
-        return GraphMapper(gm, sources, forward_args)
-    main = next((n for n in nodes if _name(n) in _MAIN_OPS), None)
-    if main is not None:
-        m = _name(main)
-        what = "matmul" if m in ("mm", "addmm", "bmm") else "convolution" if m == "convolution" else "pooling"
-        raise Unsupported(
-            f"aten.{_name(found[0][0])} with a {what} in the graph: only an elementwise epilogue is templated "
-            f"after a {what}, and reductions are templated of the graph's inputs"
-        )
-    d, dims, groups = arg or found[0][1]
-    return (ArgMapper if arg else ReduceMapper)(gm, sources, forward_args, d, dims, groups)
 
 
 class ReduceMapper(GraphMapper):
@@ -561,4 +514,4 @@ def _buffer_updates(gm: Any, sources: list[str]) -> set[Any]:
     return skipped
 
 
-__all__ = ["ReduceMapper", "mapper_for"]
+__all__ = ["ReduceMapper"]

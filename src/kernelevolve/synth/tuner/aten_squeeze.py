@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported, _unit_view
+from kernelevolve.synth.tuner.aten_reduce import _MAIN_OPS, _name, _reduction
 from kernelevolve.synth.tuner.ir import OpGraph
 
 
@@ -103,8 +104,6 @@ class UnitDimsMapper(GraphMapper):
 
 def applies(gm: Any) -> bool:
     """Whether `gm` is an elementwise graph (nothing that takes dims) whose output has unit dims."""
-    from kernelevolve.synth.tuner.aten_reduce import _MAIN_OPS, _name, _reduction
-
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0] if isinstance(out_node.args[0], list | tuple) else [out_node.args[0]]
     val: Any = getattr(outs[0], "meta", {}).get("val") if outs else None

@@ -35,7 +35,7 @@ from kernelevolve import pyast
 from kernelevolve.spec import ShapeSpec, Spec, call_get_init_inputs, call_get_inputs, import_spec_module
 from kernelevolve.synth.tuner.aten_map import Unsupported
 from kernelevolve.synth.tuner.aten_merge import split_merged_reductions
-from kernelevolve.synth.tuner.aten_reduce import mapper_for
+from kernelevolve.synth.tuner.aten_route import mapper_for
 from kernelevolve.synth.tuner.aten_unit import drop_unit_reductions
 from kernelevolve.synth.tuner.describe import describe
 from kernelevolve.synth.tuner.ir import OpGraph
