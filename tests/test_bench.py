@@ -841,3 +841,47 @@ def test_specs_per_device_default_to_several_on_a_gpu_and_one_on_the_cpu() -> No
     assert auto_per_device("cpu", cpus=64) == 1
     assert auto_per_device("cuda", cpus=16) == 4 and auto_per_device("rocm", cpus=64) == 4
     assert auto_per_device("cuda", cpus=8) == 2 and auto_per_device("cuda", cpus=2) == 1
+
+
+def test_a_run_granted_the_whole_device_waits_for_its_memory_to_come_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs before it have ended but the device still shows their workers' memory for a moment:
+    the run alone on it starts once the free memory is back (it plans on what is free), and a device
+    whose memory never comes back does not hold the bench up for longer than SETTLE_S."""
+    import time
+
+    from kernelevolve.bench import schedule as sched
+    from tests.conftest import cpu_settings
+
+    gib = 2**30
+    readings = {"n": 0}
+    seen: list[tuple[int, float, int]] = []
+
+    def memory(d: int) -> tuple[int, int]:
+        readings["n"] += 1
+        # the first reading (the bench's start): all free; then 3 readings with 20 GiB still held
+        free = 100 if readings["n"] == 1 or readings["n"] > 4 else 80
+        return free * gib, 100 * gib
+
+    def one(i: int, settings: Any) -> None:
+        seen.append((i, settings.device_share, readings["n"]))
+
+    # too large to sit beside another run (70 GiB, 1.5 x over, of the 90 usable): alone
+    schedule = sched.schedule
+    schedule(one, 1, cpu_settings(tmp_path), None, per_device=2, demand=lambda i: (70 * gib, 70 * gib),
+             memory=memory)  # fmt: skip
+    assert seen == [(0, 1.0, 5)]  # it started at the first reading with the memory back
+
+    monkeypatch.setattr(sched, "SETTLE_S", 1.0)
+    seen.clear()
+    readings["n"] = 0
+
+    def never_back(d: int) -> tuple[int, int]:
+        readings["n"] += 1
+        return (100 if readings["n"] == 1 else 50) * gib, 100 * gib
+
+    t = time.monotonic()
+    schedule(one, 1, cpu_settings(tmp_path), None, per_device=2, demand=lambda i: (70 * gib, 70 * gib),
+             memory=never_back)  # fmt: skip
+    assert [share for _, share, _ in seen] == [1.0] and 1.0 <= time.monotonic() - t < 5

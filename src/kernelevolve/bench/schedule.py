@@ -12,7 +12,10 @@ workers and spares would like), each with half again to spare (the need is an es
 or what is left if that is less but still holds one worker's need. A spec that one worker of it
 cannot fit beside the runs in progress waits for them to end, and the specs behind it wait too
 (first come, first served: a large spec is never starved by small ones); a spec that does not fit
-even on the idle device runs alone, and its memory plan refuses it with the numbers. A spec whose
+even on the idle device runs alone, and its memory plan refuses it with the numbers. A run granted
+the whole device first waits (`SETTLE_S` at most) for the device's free memory to come back to what
+the bench started with: the runs before it have ended, but their workers' memory is freed by the
+driver once they have exited, and the run plans on what is free. A spec whose
 tensors the probe could not count asks for the even split. A run learns its part through
 `Settings.device_share`: 90% of the device's memory over the grant (`evaluate.memory.plan` sizes its
 workers from it, `evaluate.pool.gpu_shares` caps each worker by it). On the CPU, or where the
@@ -26,6 +29,7 @@ second Ctrl-C does not wait for them.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,6 +42,11 @@ USABLE = 0.9  # of the free memory of a device when the bench starts, as for a r
 # is free: the estimate is not a measurement (at --per-device 8 on an H200, level 1's
 # 7_Matmul_with_small_K failed to prepare at 18.0 GiB, its estimate, with 1.25 times it to spare).
 MARGIN = 1.5
+# A run granted the whole device plans on its free memory then (`memory.plan`): it first waits up to
+# this long for that to come back to what the bench started with, as the runs before it end (their
+# workers' memory is the driver's to free once they have exited: on 4 H100s, level 1's norms of 16
+# GiB were refused "this worker has 62.1 GiB" right after the runs before them ended).
+SETTLE_S = 30.0
 
 One = Callable[[int, Settings], None]
 Demand = Callable[[int], tuple[int, int] | None]  # spec index -> (one worker's need, the pool's wish)
@@ -180,7 +189,10 @@ def schedule(
         if grant is None:
             return
         try:
-            one(i, pinned(settings, device, ledger.share(grant)))
+            share = ledger.share(grant)
+            if share == 1.0 and memory is not None:
+                _settle(lambda: memory(device), ledger.usable, stop)
+            one(i, pinned(settings, device, share))
         finally:
             ledger.release(grant)
 
@@ -215,6 +227,16 @@ def schedule(
         raise
     if errors:
         raise errors[0]
+
+
+def _settle(reading: Callable[[], tuple[int, int] | None], usable: int, stop: threading.Event) -> None:
+    """Wait, up to `SETTLE_S`, until 90% of the device's free memory is back to `usable` (within 2%)."""
+    deadline = time.monotonic() + SETTLE_S
+    while not stop.is_set() and time.monotonic() < deadline:
+        now = reading()
+        if now is None or USABLE * min(now) >= 0.98 * usable:
+            return
+        stop.wait(0.5)
 
 
 def _join(done: list[threading.Event]) -> None:
