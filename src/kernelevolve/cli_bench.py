@@ -173,7 +173,7 @@ def bench(
         int | None,
         typer.Option(
             help="Specs run at once on each device (timings still take turns per device); default: "
-            "1 on the CPU, on a GPU one per 4 host cores up to 4."
+            "1 on the CPU, on a GPU one per 4 of its host cores (the host's over the devices) up to 4."
         ),
     ] = None,
     workers: Annotated[int | None, typer.Option(help="Candidates evaluated at once (0: auto).")] = None,

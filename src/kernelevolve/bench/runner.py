@@ -121,14 +121,14 @@ def _track_file(ws: Workspace, bench_id: str, rel: str, spec: Spec, precision: s
     return out
 
 
-def auto_per_device(platform: str, cpus: int | None = None) -> int:
-    """Specs run at once per device by default: on a GPU, one per 4 host cores, up to 4 (a spec's run
-    keeps 3 worker processes busy preparing and evaluating, and the device's lease lets one timing
-    through at a time, so one spec alone leaves the device idle while its workers start); on the CPU,
-    1 (a timing there has the machine to itself)."""
+def auto_per_device(platform: str, cpus: int | None = None, devices: int = 1) -> int:
+    """Specs run at once per device by default: on a GPU, one per 4 of the device's host cores (the
+    host's over the `devices` used), up to 4 (a spec's run keeps 3 worker processes busy preparing
+    and evaluating, and the device's lease lets one timing through at a time, so one spec alone leaves
+    the device idle while its workers start); on the CPU, 1 (a timing there has the machine to itself)."""
     if platform not in ("cuda", "rocm"):
         return 1
-    return max(1, min(4, (cpus or os.cpu_count() or 4) // 4))
+    return max(1, min(4, (cpus or os.cpu_count() or 4) // (4 * max(1, devices))))
 
 
 def bench_key(directory: Path, options: dict[str, Any]) -> str:
@@ -175,7 +175,7 @@ def run_bench(
             raise WorkspaceError(f"no spec under {directory} matches --only {only!r}")
     platform = select(settings.platform)
     if per_device is None:
-        per_device = auto_per_device(platform.name)
+        per_device = auto_per_device(platform.name, devices=len(devices) if devices else 1)
     options = {
         "track": track, "fitness_baseline": settings.fitness_baseline, "synthesizer": synth.name,
         "budget": limits.budget, "policy": search.policy, "platform": platform.name, "only": only,
