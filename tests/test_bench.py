@@ -842,7 +842,9 @@ def test_specs_per_device_default_to_several_on_a_gpu_and_one_on_the_cpu() -> No
     assert auto_per_device("cuda", cpus=16) == 4 and auto_per_device("rocm", cpus=64) == 4
     assert auto_per_device("cuda", cpus=8) == 2 and auto_per_device("cuda", cpus=2) == 1
     # the host's cores are shared by its devices: 2 GPUs on 16 cores, 2 each; 4 H100s on 64, 4 each
-    assert auto_per_device("cuda", cpus=16, devices=2) == 2 and auto_per_device("cuda", cpus=64, devices=4) == 4
+    assert (
+        auto_per_device("cuda", cpus=16, devices=2) == 2 and auto_per_device("cuda", cpus=64, devices=4) == 4
+    )
     assert auto_per_device("cuda", cpus=16, devices=8) == 1
 
 
