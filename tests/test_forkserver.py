@@ -158,3 +158,24 @@ def test_an_engine_keeps_few_servers_and_ends_the_idle_ones(
             assert old is not None and old.proc.wait(10) is not None and not old.workdir.exists()
     finally:
         forkserver.close_all()
+
+
+def test_a_prestarted_server_is_the_one_the_first_worker_is_forked_from(tmp_path: Path) -> None:
+    """`prestart` (a bench, before it stages its specs) starts the very server a worker of the same
+    environment asks for: its imports are done by the time the first worker needs them."""
+    from kernelevolve.evaluate.handle import prestart
+
+    forkserver.close_all()
+    settings = cpu_settings(tmp_path)
+    prestart(get_platform("cpu"), cpu_settings(tmp_path, worker_start="spawn"))
+    assert not forkserver._SERVERS  # spawned workers: nothing to start
+    prestart(get_platform("cpu"), settings)
+    (server,) = forkserver._SERVERS.values()
+    assert server._asked == 0 and not server.busy()  # started, not asked: it may be ended for room
+    handle = _handle(tmp_path)
+    try:
+        handle.wait_ready(120)
+        assert isinstance(handle.proc, forkserver.ForkedProcess) and handle.proc.server is server
+        assert len(forkserver._SERVERS) == 1
+    finally:
+        handle.close()

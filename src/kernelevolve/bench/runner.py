@@ -62,6 +62,7 @@ from kernelevolve.bench.schedule import run_demand, schedule
 from kernelevolve.config import Settings
 from kernelevolve.cost import estimate
 from kernelevolve.errors import KernelevolveError, SpecError, WorkspaceError
+from kernelevolve.evaluate.handle import prestart
 from kernelevolve.search.limits import Limits
 from kernelevolve.search.policies import SearchConfig
 from kernelevolve.spec import Spec, TensorInfo, load_spec
@@ -174,6 +175,7 @@ def run_bench(
         if not files:
             raise WorkspaceError(f"no spec under {directory} matches --only {only!r}")
     platform = select(settings.platform)
+    prestart(platform, settings, settings.device)  # its imports overlap the specs' staging below
     if per_device is None:
         per_device = auto_per_device(platform.name, devices=len(devices) if devices else 1)
     options = {

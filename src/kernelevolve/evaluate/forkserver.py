@@ -256,10 +256,13 @@ _STARTED = itertools.count()
 MAX_SERVERS = 2
 
 
-def server_for(env: dict[str, str], root: Path, lease: str | None, timeout_s: float) -> ForkServer | None:
+def server_for(
+    env: dict[str, str], root: Path, lease: str | None, timeout_s: float, *, asking: bool = True
+) -> ForkServer | None:
     """The engine's fork server for workers with this environment (their own paths aside), started
     on first use; None once it has failed (the caller spawns). The caller then asks it for one fork
-    (`ForkServer.fork`): until that is answered, the server is not ended to make room."""
+    (`ForkServer.fork`): until that is answered, the server is not ended to make room. `asking=False`
+    only starts it, ahead of the first worker (`handle.prestart`)."""
     shared = {k: v for k, v in env.items() if k not in PER_WORKER}
     key = (*sorted(f"{k}={v}" for k, v in shared.items()), str(lease))
     with _SERVERS_LOCK:
@@ -277,8 +280,9 @@ def server_for(env: dict[str, str], root: Path, lease: str | None, timeout_s: fl
         _SERVERS.move_to_end(key)
         if server.error:
             return None
-        with server._children_lock:
-            server._asked += 1  # busy, not to be ended for room, until `fork` answers
+        if asking:
+            with server._children_lock:
+                server._asked += 1  # busy, not to be ended for room, until `fork` answers
     return server
 
 

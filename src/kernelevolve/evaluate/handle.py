@@ -54,6 +54,59 @@ class Outcome:
     log_tail: str = ""
 
 
+def worker_environ(platform: Any, workdir: Path, bytecode_dir: Path | None) -> dict[str, str]:
+    """A worker's environment, its own paths under `workdir` (the fork server's key is the rest)."""
+    inductor = workdir / "inductor"
+    env = scrub_env(dict(os.environ), workdir)
+    env.update(platform.worker_env())
+    # The compile cache starts as a copy of the run's trusted one, so nothing in it may name the
+    # worker that filled it. Triton kernels bundled into inductor's graph cache do: they carry their
+    # source's absolute path, beside which autotuning reads and writes its choice, and a later
+    # worker then writes into a directory not its own (denied by the sandbox: torch.compile failed
+    # in every worker but the first few of a GPU run). Unbundled, a cache hit writes the kernels'
+    # source into this worker's cache, at the same relative path, and finds the trusted worker's
+    # autotuning choice there; Triton's own cache, which names no paths, travels in the copy.
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
+    env["TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE"] = "0"
+    env["TRITON_CACHE_DIR"] = str(inductor / "triton")
+    env["KERNELEVOLVE_NATIVE_CACHE"] = str(workdir / "native")
+    # Where the installation keeps no bytecode, the engine's (read-only here; see bytecode.py).
+    if bytecode_dir is not None:
+        env["PYTHONPYCACHEPREFIX"] = str(bytecode_dir)
+    # torch.compile (the baseline) compiles in this process, never in a pool of subprocesses: a
+    # pool started lazily while a candidate runs would be blamed on the candidate (the process check).
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    # Resolved here, once: a worker's own TMPDIR is private, and leases must be shared by all.
+    env["KERNELEVOLVE_LEASE_DIR"] = str(lease_dir())
+    src_root = str(Path(kernelevolve.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _forked(settings: Any) -> bool:
+    mode = settings.worker_start
+    if mode == "auto":  # see Settings.worker_start
+        mode = "fork"
+    return mode == "fork" and sys.platform == "linux"
+
+
+def prestart(platform: Any, settings: Any, device_index: int = 0) -> None:
+    """Start now the fork server this process's workers on `platform` will be forked from, where
+    workers are forked (`forkserver.py`): its imports (torch, Triton, inductor: about 5 s) then overlap
+    the caller's own start-up (a bench staging its specs, a run loading its spec) rather than delay the
+    first worker. Nothing is started for spawned workers; a server that fails says so to its first
+    worker, which is spawned."""
+    if not _forked(settings):
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="kernelevolve-prestart-"))
+    try:
+        env = worker_environ(platform, workdir, bytecode.folder())
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    lease = platform.lease_key(device_index) if platform.exclusive else None
+    forkserver.server_for(env, Path(tempfile.gettempdir()), lease, settings.prepare_timeout_s, asking=False)
+
+
 class WorkerHandle:
     def __init__(
         self,
@@ -99,29 +152,7 @@ class WorkerHandle:
         if self.trusted_cache is not None and self.trusted_cache.is_dir():
             shutil.copytree(self.trusted_cache, self.inductor_cache, symlinks=True)
             compile_cache.relocate_groups(self.inductor_cache / "triton")
-        env = scrub_env(dict(os.environ), self.dir)
-        env.update(self.platform.worker_env())
-        # The compile cache starts as a copy of the run's trusted one, so nothing in it may name the
-        # worker that filled it. Triton kernels bundled into inductor's graph cache do: they carry their
-        # source's absolute path, beside which autotuning reads and writes its choice, and a later
-        # worker then writes into a directory not its own (denied by the sandbox: torch.compile failed
-        # in every worker but the first few of a GPU run). Unbundled, a cache hit writes the kernels'
-        # source into this worker's cache, at the same relative path, and finds the trusted worker's
-        # autotuning choice there; Triton's own cache, which names no paths, travels in the copy.
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(self.inductor_cache)
-        env["TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE"] = "0"
-        env["TRITON_CACHE_DIR"] = str(self.inductor_cache / "triton")
-        env["KERNELEVOLVE_NATIVE_CACHE"] = str(self.dir / "native")
-        # Where the installation keeps no bytecode, the engine's (read-only here; see bytecode.py).
-        if self.bytecode is not None:
-            env["PYTHONPYCACHEPREFIX"] = str(self.bytecode)
-        # torch.compile (the baseline) compiles in this process, never in a pool of subprocesses: a
-        # pool started lazily while a candidate runs would be blamed on the candidate (the process check).
-        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
-        # Resolved here, once: a worker's own TMPDIR is private, and leases must be shared by all.
-        env["KERNELEVOLVE_LEASE_DIR"] = str(lease_dir())
-        src_root = str(Path(kernelevolve.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH", "")) if p)
+        env = worker_environ(self.platform, self.dir, self.bytecode)
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         s = self.settings
@@ -166,10 +197,7 @@ class WorkerHandle:
     def _fork_server(self, env: dict[str, str], lease_key: str) -> forkserver.ForkServer | None:
         """The engine's fork server for this worker (`forkserver.py`), or None where workers are
         spawned (`worker_start`; or the server could not serve)."""
-        mode = self.settings.worker_start
-        if mode == "auto":  # see Settings.worker_start
-            mode = "fork"
-        if mode != "fork" or sys.platform != "linux":
+        if not _forked(self.settings):
             return None
         lease = lease_key if self.platform.exclusive else None
         return forkserver.server_for(env, Path(tempfile.gettempdir()), lease, self.settings.prepare_timeout_s)
