@@ -189,3 +189,38 @@ def test_an_edited_verdict_row_and_a_replaced_blob_are_tampered_never_ranked(tmp
     report = Path(summary["report"]["markdown"]).read_text()
     assert "fitness at search time" in report
     assert integrity.harness().label in report  # which harness judged it, in the report's header
+
+
+def test_a_row_sealed_under_another_key_says_so_with_both_ids_and_an_old_seal_still_verifies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workspace carried to a machine with another seal key: its rows are refused as before, but the
+    reason names the two keys and what to do, not an edit. A seal from before the key's id verifies."""
+    import hashlib
+    import hmac
+    import json
+
+    from kernelevolve.store import seal
+
+    row = {"spec_fingerprint": "fp", "candidate_hash": "h", "platform": "cuda", "device": "H100",
+           "status": "ok", "correct": True, "speedup_vs_eager": 1.5, "speedup_vs_compile": 1.1,
+           "fitness": 1.1, "verdict_json": "{}"}  # fmt: skip
+    monkeypatch.setenv("KERNELEVOLVE_SEAL_KEY_FILE", str(tmp_path / "a.key"))
+    row["seal"] = seal.seal(row)
+    first = seal.key_id()
+    assert row["seal"].startswith(f"{first}:") and seal.verify(row) is None
+    monkeypatch.setenv("KERNELEVOLVE_SEAL_KEY_FILE", str(tmp_path / "b.key"))
+    why = seal.verify(row)
+    assert why is not None and "another seal key" in why and first in why and seal.key_id() in why
+    assert "edited" not in why
+    # an edit under the right key is still an edit, and a forged id is still refused
+    monkeypatch.setenv("KERNELEVOLVE_SEAL_KEY_FILE", str(tmp_path / "a.key"))
+    assert "edited" in (seal.verify({**row, "fitness": 9.0}) or "")
+    assert seal.verify({**row, "seal": "0" * 12 + ":" + row["seal"].split(":")[1]}) is not None
+    # a seal written before the id: the bare HMAC over the same fields
+    fields = [seal._canonical(name, row.get(name)) for name in seal.SEALED]
+    bare = hmac.new(
+        seal.key(), json.dumps(fields, separators=(",", ":")).encode(), hashlib.sha256
+    ).hexdigest()
+    assert seal.verify({**row, "seal": bare}) is None
+    assert "edited" in (seal.verify({**row, "seal": bare, "fitness": 9.0}) or "")

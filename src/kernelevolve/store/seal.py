@@ -11,7 +11,11 @@ whole verdict, which names the harness that judged it), under a key kept outside
 
 `verify(row)` says what is wrong with a row read back, or None: its seal does not match its fields
 (a field edited, or a row inserted without the key), or its candidate's blob no longer hashes to the
-candidate's hash (a blob replaced). The workspace marks such a row `tampered` wherever it is read
+candidate's hash (a blob replaced). A seal names the key it was made with (`key_id`, a digest of the
+key that gives nothing of it away), so a workspace carried to a machine with another key reads
+"sealed under another key" with both ids and what to do, not "edited" (its rows are refused all the
+same: nothing this machine cannot check is ranked or reused). Seals written before the id (a bare
+HMAC) are verified as they are. The workspace marks such a row `tampered` wherever it is read
 (`Workspace.nodes`, the verdicts it reuses): never ranked, never reused, and the reason said.
 
 What it protects against, and what not (SECURITY.md): anything that can change the workspace but
@@ -61,11 +65,20 @@ def key() -> bytes:
     return _KEYS[path]
 
 
-def seal(row: Mapping[str, Any]) -> str:
-    """The seal of an evaluation row (its `SEALED` columns as stored)."""
+def key_id() -> str:
+    """A short name of the sealing key, written beside each seal: a digest, not the key nor a way to it."""
+    return hashlib.sha256(b"kernelevolve seal key id\0" + key()).hexdigest()[:12]
+
+
+def _mac(row: Mapping[str, Any]) -> str:
     fields = [_canonical(name, row.get(name)) for name in SEALED]
     message = json.dumps(fields, separators=(",", ":")).encode()
     return hmac.new(key(), message, hashlib.sha256).hexdigest()
+
+
+def seal(row: Mapping[str, Any]) -> str:
+    """The seal of an evaluation row (its `SEALED` columns as stored): `KEYID:HMAC`."""
+    return f"{key_id()}:{_mac(row)}"
 
 
 def verify(row: Mapping[str, Any], blob_ok: bool = True) -> str | None:
@@ -74,7 +87,14 @@ def verify(row: Mapping[str, Any], blob_ok: bool = True) -> str | None:
     stored = row.get("seal")
     if not stored:
         return "it carries no seal (written by something other than kernelevolve's store)"
-    if not hmac.compare_digest(str(stored), seal(row)):
+    sealed_by, _, mac = str(stored).rpartition(":")  # "" for a seal written before the key's id
+    if sealed_by and sealed_by != key_id():
+        return (
+            f"it was sealed under another seal key (id {sealed_by}; this machine's, {key_path()}, is "
+            f"{key_id()}): copy the key that sealed it here (KERNELEVOLVE_SEAL_KEY_FILE names its file) "
+            "to have it verified, or evaluate it again"
+        )
+    if not hmac.compare_digest(mac, _mac(row)):
         return "its fields no longer match its seal (edited after it was written)"
     if not blob_ok:
         return "its candidate's blob was replaced after it was judged (the blob no longer hashes to it)"
