@@ -412,16 +412,21 @@ def test_skills_merge_near_duplicates_and_verify_only_when_reproduced(tmp_path: 
             return {"fitness": f, "spread": 0.01, "shapes": [{"name": "a", "speedup_vs_eager": f},
                                                             {"name": "b", "speedup_vs_eager": f}]}  # fmt: skip
 
-        return lambda jobs: [run(source, label) for source, label in jobs]
+        def verify() -> list[dict[str, Any]]:  # as the finish step does: measure each check's pair, record
+            checks = learning.skill_checks(ws, "run1", tree, 2)
+            pairs = [(run(c.parent_source, "parent"), run(c.child_source, "child")) for c in checks]
+            return learning.record_skill_checks(ws, "run1", checks, pairs, 0.02, kb.index_docs)
 
-    assert learning.verify_skills(ws, "run1", tree, evaluate(False), 2, 0.02, kb.index_docs) == []
+        return verify
+
+    assert evaluate(False)() == []
     entry = ws.skill(s1["id"])["provenance"][0]  # type: ignore[index]
     assert entry["reproduced"] is False and ws.skill(s1["id"])["status"] == "candidate"  # type: ignore[index]
     entry_reset = ws.skill(s1["id"])
     assert entry_reset is not None
     entry_reset["provenance"][0]["reproduced"] = None
     ws.put_skill(entry_reset)
-    verified = learning.verify_skills(ws, "run1", tree, evaluate(True), 2, 0.02, kb.index_docs)
+    verified = evaluate(True)()
     assert [s["id"] for s in verified] == [s1["id"]]
     assert ws.skill(s1["id"])["status"] == "verified"  # type: ignore[index]
     doc = kb.get(f"skill/{s1['id']}")

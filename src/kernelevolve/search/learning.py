@@ -7,8 +7,8 @@
 - `phase` and `signals`: the search phase (draft, early, late) and the runtime signals retrieval
   ranks by (platform, target, operator pattern, the parent's diagnosis, its status and error text).
 - `skill_candidate`: when a child beats its parent by more than the noise, the step distilled into a
-  candidate skill (`knowledge/skills.py`); `verify_skills` re-measures the largest candidates at the
-  end of a run and indexes the ones whose gain reproduces.
+  candidate skill (`knowledge/skills.py`); `skill_checks` picks the largest candidates for the end of
+  a run to re-measure, and `record_skill_checks` indexes the ones whose gain reproduced.
 - `warm_seeds`: the best earlier kernels for the same spec (or, failing that, for the same
   computation: the same reference ops, a constructor and a forward that take this spec's arguments) on
   the same platform, from this workspace's runs and from imported kernels.
@@ -150,7 +150,7 @@ class SkillCheck:
 
 def skill_checks(ws: Workspace, run_id: str, tree: Tree, limit: int) -> list[SkillCheck]:
     """This run's largest unverified skill entries (at most `limit`) whose parent and child are in
-    `tree`: what `verify_skills` re-measures."""
+    `tree`: what the finish step re-measures."""
     todo = []
     for skill in ws.skills():
         for i, p in enumerate(skill["provenance"]):
@@ -187,21 +187,6 @@ def record_skill_checks(
     if verified:
         index([sk.as_doc(s) for s in verified])
     return verified
-
-
-def verify_skills(
-    ws: Workspace, run_id: str, tree: Tree, evaluate_all: Callable[[list[tuple[str, str]]], list[dict[str, Any]]],
-    limit: int, min_gain: float, index: Callable[[list[Any]], None],
-) -> list[dict[str, Any]]:  # fmt: skip
-    """Re-measure the parent and child of this run's largest unverified skill entries (fresh workers,
-    live baselines; `evaluate_all` measures a list of (source, label) at once and returns their
-    verdicts in order); record the outcome and index the skills that became verified."""
-    checks = skill_checks(ws, run_id, tree, limit)
-    jobs = [job for c in checks for job in ((c.parent_source, f"skill-{c.skill_id}-parent.py"),
-                                            (c.child_source, f"skill-{c.skill_id}-child.py"))]  # fmt: skip
-    verdicts = evaluate_all(jobs) if jobs else []
-    pairs = list(zip(verdicts[0::2], verdicts[1::2], strict=True))
-    return record_skill_checks(ws, run_id, checks, pairs, min_gain, index)
 
 
 # -- warm starts ----------------------------------------------------------------------------------
@@ -321,4 +306,4 @@ def warm_seeds(
 
 
 __all__ = ["Seed", "SkillCheck", "analyze", "beats_parent", "forward_arity", "init_params", "lessons", "phase",
-           "record_skill_checks", "signals", "skill_candidate", "skill_checks", "verify_skills", "warm_seeds"]  # fmt: skip
+           "record_skill_checks", "signals", "skill_candidate", "skill_checks", "warm_seeds"]  # fmt: skip
