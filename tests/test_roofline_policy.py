@@ -86,3 +86,33 @@ def test_strict_fp32_may_reach_a_third_of_tf32_without_a_flag() -> None:
     assert ceiling_flops({"fp32": 50e12, "tf32": 90e12}, "fp32") == 50e12
     assert ceiling_flops({"fp32": 50e12, "tf32": 400e12}, "tf32") == 400e12
     assert ceiling_flops({"fp32": 1e9}, "fp32") == 1e9
+
+
+def test_a_strict_gemm_on_tensor_cores_is_a_fraction_of_the_3xtf32_roofline_not_above_fp32s() -> None:
+    """A strict-fp32 4096^3 GEMM at 78 TFLOP/s on an H100 (measured fp32 67, TF32 400) was reported at
+    "116% of roofline" against fp32's own peak: the fraction is of what an honest kernel of the
+    precision can reach (3xTF32, 133 TFLOP/s), as the flags are. A kernel above that is flagged."""
+    from types import SimpleNamespace
+
+    from kernelevolve.evaluate.messages import Ceilings
+    from kernelevolve.evaluate.scoring import _roofline
+    from kernelevolve.evaluate.verdict import ShapeResult, TimeStats, Verdict
+
+    n = 4096
+    flops, nbytes = 2 * n**3, 3 * 4 * n * n
+    profile = Ceilings(bandwidth=3.0e12, flops={"fp32": 67e12, "tf32": 400e12})
+    state: Any = SimpleNamespace(spec=SimpleNamespace(dtype=None, precision="strict_fp32"),
+                                 settings=SimpleNamespace(roofline_margin=1.05))  # fmt: skip
+
+    def at(tflops: float) -> tuple[Verdict, list[str]]:
+        s = flops / (tflops * 1e12)
+        shape = ShapeResult(name="default", weight=1.0, flops=flops, bytes=nbytes,
+                            candidate=TimeStats(median_s=s, p25_s=s, p75_s=s, min_s=s, n=10, spread=0.0))  # fmt: skip
+        v = Verdict(Status.OK, "", correct=True, timed=True, shapes=[shape])
+        return v, _roofline(v, state, profile)
+
+    v, flags = at(78)
+    assert not flags and v.roofline_fraction == pytest.approx(78 / (400 / 3), rel=1e-3)  # 59%, not 116%
+    assert v.shapes[0].bound == "compute"
+    v, flags = at(160)  # beyond 3xTF32's ceiling: not an honest strict kernel
+    assert flags and "of the measured roofline" in flags[0]

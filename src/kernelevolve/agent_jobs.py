@@ -353,7 +353,7 @@ def _baseline_reference(ws: Workspace, engine: Any) -> dict[str, Any] | None:
     (`profile.diagnosis.reference_analysis`). None where they cannot be measured (the task says less)."""
     from kernelevolve.jobs import baselines, device_key
     from kernelevolve.profile.diagnosis import reference_shape
-    from kernelevolve.roofline import flop_class, roofline
+    from kernelevolve.roofline import ceiling_flops, flop_class, roofline
 
     ctx = engine.ctx
     spec, platform, settings = ctx.spec, ctx.platform, ctx.settings
@@ -367,7 +367,7 @@ def _baseline_reference(ws: Workspace, engine: Any) -> dict[str, Any] | None:
         found = {row["shape"]: row for row in measured}
         rows = [found.get(shape.name) for shape in spec.shapes]
     bandwidth = float(ctx.profile.get("bandwidth") or 0.0)
-    peak = (ctx.profile.get("flops") or {}).get(flop_class(spec.dtype, spec.precision))
+    peak = ceiling_flops(ctx.profile.get("flops") or {}, flop_class(spec.dtype, spec.precision))
     out = []
     for shape, row in zip(spec.shapes, rows, strict=True):
         if not row:
