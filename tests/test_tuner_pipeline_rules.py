@@ -225,3 +225,18 @@ def test_attention_that_no_pipeline_covers_is_refused_as_needing_a_flash_attenti
     assert why.startswith(
         "attention (a softmax between two matmuls) needs a fused flash-attention template"
     ), why
+
+
+def test_a_refused_graph_with_many_diamonds_after_a_softmax_is_refused_at_once(tmp_path: Path) -> None:
+    """The attention check walks what a softmax of a matmul's result feeds: a value used twice, again
+    and again (24 diamonds: 2^24 paths), is walked once per node, not once per path."""
+    import time
+
+    body = "t = torch.softmax(x @ w, dim=-1)\n"
+    body += "for _ in range(24):\n    t = torch.sin(t) + torch.cos(t)\n"
+    body += "return torch.sort(t, dim=-1).values"
+    path = _spec(tmp_path, "diamonds", "pass", body, "x, w", "[torch.randn(8, 16), torch.randn(16, 12)]")
+    start = time.monotonic()
+    graph, why = recognize(load_spec(path))
+    assert graph is None and "attention" not in why, why
+    assert time.monotonic() - start < 60

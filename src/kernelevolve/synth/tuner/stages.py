@@ -4,8 +4,9 @@
 looks for a cut: a value S (a float tensor computed in the graph) such that the graph's part that
 computes S (S and its ancestors: the *prefix*) is itself templated with S as its output, and the rest
 reads nothing of the prefix but S (and views of the inputs and parameters, and the forward's tensor
-constants, get_attr nodes, which are copied into the rest). The rest then becomes a graph of its own, S one of its inputs (the intermediate, written by the
-prefix's kernel in fp32, contiguous, in the traced shape), and is mapped the same way, recursively:
+constants, get_attr nodes, which are copied into the rest). The rest then becomes a graph of its
+own, S one of its inputs (the intermediate, written by the prefix's kernel in fp32, contiguous, in
+the traced shape), and is mapped the same way, recursively:
 conv -> pool -> pool gives three stages. Cuts are tried latest first, so each stage fuses as much as
 its template can (a convolution keeps its whole elementwise epilogue up to the pooling).
 
@@ -165,9 +166,12 @@ def _attention(graph: Any) -> str:
             after.add(n)
     for n in nodes:
         if _name(n) in ("_softmax", "_safe_softmax") and n in after:
-            feeds, stack = False, list(n.users)
+            feeds, stack, seen = False, list(n.users), set()
             while stack and not feeds:
                 u = stack.pop()
+                if u in seen:  # a node reached twice (a value used twice) is walked once
+                    continue
+                seen.add(u)
                 feeds = _name(u) in _MATMULS
                 stack.extend(u.users)
             if feeds:
