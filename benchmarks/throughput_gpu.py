@@ -7,8 +7,8 @@ spec files, one or more versions of the harness side by side, on one device.
 
 Each variant runs the same bench (a fresh workspace, the offline tuner, the same budget and
 `--per-device`, unless a variant sets its own) from a fresh interpreter that imports kernelevolve
-from its `src` folder, so an old commit's code runs as it was (`git archive COMMIT src | tar -x -C DIR`). The variants run in turn, in
-the order given, each with the machine to itself, and each from a workspace that already holds the
+from its `src` folder, so an old commit's code runs as it was (`git archive COMMIT src | tar -x -C
+DIR`). The variants run in turn, in the order given, each with the machine to itself, and each from a workspace that already holds the
 device's hardware profile (measured once, first), so that what is timed is the search. A bench cut
 off by `--timeout` still reports what it evaluated until then.
 

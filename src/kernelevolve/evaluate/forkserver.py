@@ -11,8 +11,9 @@ child is one thread, as `sandbox.confine` needs) and prepares, as a spawned work
 Engine side (`ForkServer`, one per engine process and worker environment, shared by its pools):
 started beside the first pool, or ahead of it (`handle.prestart`: a bench, before staging its
 specs); a request sends the worker's arguments, its environment and working directory, and the
-descriptors of its channel and log (SCM_RIGHTS over a Unix socket); the reply names the child's pid. `ForkedProcess` is the engine's handle on it, with `subprocess.Popen`'s
-`pid`, `poll`, `wait` and `returncode`, fed by the server's exit reports. The server keeps an exited
+descriptors of its channel and log (SCM_RIGHTS over a Unix socket); the reply names the child's pid.
+`ForkedProcess` is the engine's handle on it, with `subprocess.Popen`'s `pid`, `poll`, `wait` and
+`returncode`, fed by the server's exit reports. The server keeps an exited
 child unreaped (a zombie holds its pid) until the engine's handle is closed, so the engine's kill of
 the child's tree can never reach a process that took the pid over.
 

@@ -207,9 +207,10 @@ class OpGraph:
     batch: dict[str, int] = field(default_factory=dict)  # gemm: batch per shape (1 if not batched)
     # `pipeline`: the stages, run in order (each an OpGraph of another pattern); see the module's doc.
     stages: list[OpGraph] = field(default_factory=list)
-    # gemm, conv, pool (and row graphs with `reduce`): where the output is the main op's result with unit dims added or dropped (a
-    # view: `x.unsqueeze(1)` before a 1-d pooling), each output dim as the result dim it is (-1: an
-    # added 1); the wrapper returns its outputs so viewed. () where the output has the result's shape.
+    # gemm, conv, pool (and row graphs with `reduce`, elementwise ones over squeezed dims): where the
+    # output is the main op's result with unit dims added or dropped (a view: `x.unsqueeze(1)` before
+    # a 1-d pooling), each output dim as the result dim it is (-1: an added 1); the wrapper returns
+    # its outputs so viewed. () where the output has the result's shape.
     out_view: tuple[int, ...] = ()
 
     def layout_of(self, name: str) -> Layout:

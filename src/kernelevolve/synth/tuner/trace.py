@@ -5,10 +5,10 @@ memory, no compute), with parameters passed explicitly through `torch.func.funct
 core aten decompositions applied, so `softmax`, `layer_norm`, `rms_norm`, `gelu`, `silu`, `linear` and
 their neighbours arrive as a few aten ops. Two rewrites then simplify the graph: reductions over
 size-1 dims become views (`aten_unit`), and reductions over dims a view merged become reductions over
-the dims merged (`aten_merge`). `aten_map.GraphMapper` (or `aten_reduce.ReduceMapper`,
-for reductions over other dims than the output's last) maps each graph onto the IR (`ir.py`), and
-where no one template covers it, `stages.map_graph` cuts it into a pipeline of templated stages (a
-convolution, then a pooling). Every shape must give the same graph (the same stages); only the sizes
+the dims merged (`aten_merge`). The mapper `aten_route.mapper_for` picks (`aten_map.GraphMapper`,
+or `aten_reduce.ReduceMapper` for reductions over other dims than the output's last, `aten_arg`,
+`aten_squeeze`) maps each graph onto the IR (`ir.py`), and where no one template covers it,
+`stages.map_graph` cuts it into a pipeline of templated stages (a convolution, then a pooling). Every shape must give the same graph (the same stages); only the sizes
 (rows, cols, K, batch) differ, and they are filled per shape name (per stage). The reference's
 constructor becomes ModelNew's (`init_source`), so the harness can copy the reference's weights into
 a generated candidate by name.
