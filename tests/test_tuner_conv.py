@@ -95,6 +95,9 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
         assert variants(graph) == ["triton-conv"]
         out[name] = (str(path), generate(graph).source)
         out[f"{name}@small"] = (str(path), generate(graph, config=SMALL).source)
+        if name in DRAFTED:  # the presets the tuner drafts after the default (3xTF32, other tiles)
+            for i, cfg in enumerate(generate(graph).drafts):
+                out[f"{name}@draft{i}"] = (str(path), generate(graph, config=cfg).source)
     return out
 
 
@@ -105,7 +108,9 @@ def interpreted(
     return interpret(generated, tmp_path_factory.mktemp("conv-run"), tol=1e-4)
 
 
+DRAFTED = ("conv2d-grouped-bias-epilogue", "convT2d-grouped-dilated")
 CASES = [*REFERENCES, *(f"{name}@small" for name in REFERENCES)]
+CASES += [f"{name}@draft{i}" for name in DRAFTED for i in range(3)]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -267,6 +267,8 @@ def _cases() -> list[Case]:
         Case("bmm-default", "tg_bmm.py", bmm),
         Case("bmm-tiles", "tg_bmm.py", bmm, config={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4}),
         Case("bmm-wide", "tg_bmm.py", bmm, config={"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 64}),
+        # the presets the tuner drafts after the default (3xTF32, a wide-N tile clamped to this N)
+        *[Case(f"bmm-draft{i}", "tg_bmm.py", bmm, config=d) for i, d in enumerate(generate(bmm).drafts)],
         Case("scores-default", "tg_scores.py", sc),
         Case("scores-tiles", "tg_scores.py", sc, config={"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 1}),
         Case("scores-even-k", "tg_scores.py", sc, config={"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 32}),
@@ -421,6 +423,46 @@ def test_defaults_follow_shapes_and_precision() -> None:
     assert generate(big, precision="low").config["DOT"] == "bf16"
     src = generate(linear_gelu_graph()).source
     assert "input_precision=DOT" in src and "fc_weight" in src
+
+
+def test_gemm_drafts_are_presets_with_the_fast_dot_fitted_to_the_shape() -> None:
+    big = bmm_graph()
+    big.rows, big.cols, big.batch, big.inner = {"s": 8 * 4096}, {"s": 4096}, {"s": 8}, {"s": 4096}
+    gen = generate(big)
+    # strict fp32: the default tile with 3xTF32 first, then the wide-N and narrow-N tiles, all 3xTF32
+    assert gen.drafts[0] == {**gen.config, "DOT": "tf32x3"}
+    assert [(d["BLOCK_M"], d["BLOCK_N"], d["num_warps"]) for d in gen.drafts[1:]] == [
+        (32, 256, 4),
+        (128, 64, 4),
+    ]
+    assert {d["DOT"] for d in gen.drafts} == {"tf32x3"}
+    for d in gen.drafts:
+        assert d != gen.config and set(d) == set(gen.tunables)
+        assert all(v in gen.tunables[k] for k, v in d.items())
+    # tf32: its default dot is already the fast one, so only the two other tiles are drafted
+    assert [d["DOT"] for d in generate(big, precision="tf32").drafts] == ["tf32", "tf32"]
+    # a narrow product (N = 1, a mat-vec) never drafts a tile wider than its default's
+    matvec = bmm_graph()
+    matvec.rows, matvec.cols, matvec.batch, matvec.inner = {"s": 2048}, {"s": 1}, {"s": 1}, {"s": 1 << 20}
+    narrow = generate(matvec)
+    assert narrow.drafts and all(int(d["BLOCK_N"]) <= int(narrow.config["BLOCK_N"]) for d in narrow.drafts)
+    assert len({tuple(sorted(d.items())) for d in narrow.drafts}) == len(narrow.drafts)
+    # a configuration given is a candidate, not a template: nothing to draft
+    assert generate(big, config={"BLOCK_K": 16}).drafts == []
+
+
+def test_the_tuner_drafts_gemm_presets_after_the_default_template() -> None:
+    from kernelevolve.spec import load_spec
+    from kernelevolve.synth.tuner.templates import bases_for
+
+    spec = load_spec(SPECS / "tg_bmm.py")
+    bases, why = bases_for(spec, "cuda", ("triton",))
+    assert not why and [b.kind for b in bases] == ["template"] * len(bases) and len(bases) >= 3
+    default, presets = bases[0], bases[1:]
+    assert default.why == "" and all("DOT 'ieee'->'tf32x3'" in b.why for b in presets)
+    for b in presets:  # the default's file with only its CONFIG line rewritten
+        assert tunables.write(b.source, default.config) == default.source
+        assert tunables.read(b.source) == (default.space, b.config)
 
 
 def test_half_inputs_take_the_native_dot() -> None:

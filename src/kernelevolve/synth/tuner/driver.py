@@ -8,9 +8,10 @@ on configurations. A candidate is tunable when its source declares `TUNABLES`/`C
 rewritten, so a configuration has one spelling and one hash.
 
 What each kind of task gets (the moves themselves are `moves.py`'s):
-- draft (or no parent): each template at its default config (the default template first), then each
-  knowledge-base code sample that computes the same reference, then the extra seeds as written, then
-  random configurations;
+- draft (or no parent): each template at its default config (the default template first), then the
+  templates' preset configurations (a GEMM's known-good tiles and fast dot, `Generated.drafts`), then
+  each knowledge-base code sample that computes the same reference, then the extra seeds as written,
+  then random configurations;
 - one tunable parent: `inherit` steps 1-2 tunables to neighbouring choices, preferring directions that
   improved fitness along the ancestors (a retrieved skill's change first); `compare` moves towards
   the values of the fastest siblings; `combine` does both; `fresh` draws a random configuration;
@@ -183,9 +184,10 @@ class _Step:
     def draft(self) -> Proposal:
         for base in self.bases:  # as written: a seed's or sample's own CONFIG is its author's choice
             if self.untried(base.source):
+                at = f"at a preset config: {base.why}" if base.why else "at its default config"
                 return self.ok(
                     base.source,
-                    f"{base.kind} {base.label} at its default config",
+                    f"{base.kind} {base.label} {at}",
                     f"draft: the {base.kind} {base.label} as written, CONFIG {tn.format_config(base.config)}",
                 )
         return self.random_base()

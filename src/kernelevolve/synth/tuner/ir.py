@@ -247,6 +247,10 @@ class Generated:
     template: str  # e.g. "triton-row", "c-elementwise"
     tunables: dict[str, list[int | str]]
     config: dict[str, int | str]
+    # Further whole configurations worth drafting after `config`, best guess first (a GEMM's tile
+    # presets and fast dot: `triton_common.gemm_drafts`); the tuner drafts them after every
+    # template's default (`templates.bases_for`).
+    drafts: list[dict[str, int | str]] = field(default_factory=list)
 
 
 __all__ = [

@@ -7,6 +7,8 @@ declared tunables.
   `c_codegen` on the CPU; `triton_codegen` and each of its `variants` on CUDA and ROCm; imported
   lazily) writes each template. Cached per spec fingerprint: tracing takes a second, and several
   tuners may serve one run;
+- the templates' presets (`Generated.drafts`: a GEMM's or convolution's known-good tiles and the
+  precision's fast dot), each a base of its own, after every template's default;
 - the knowledge base's code samples that compute the same reference in the platform's kernel kind
   (`knowledge/samples.py`): hand-written kernels with declared tunables, what the tuner has to work
   with where no template covers the reference (gathers, jagged ops, several GEMMs);
@@ -47,6 +49,8 @@ class Base:
     # The source as its author wrote it, where `source` respells its CONFIG line: the same
     # configuration, so a tree holding the one has tried the other (a seed node, `--start-from`).
     written: str | None = None
+    # How its config differs from its template's default ("" for the default itself or a seed).
+    why: str = ""
 
 
 # Platform -> (kernel kind, code generator module). A generator module has `generate(graph,
@@ -122,6 +126,7 @@ def bases_for(
     tuner's own)."""
     generated, why = templates_for(spec, platform, kinds) if templates else ([], "")
     bases = [Base(t.template, t.source, dict(t.tunables), dict(t.config), "template") for t in generated]
+    bases += [d for t in generated for d in _draft_bases(t)]
     if templates:
         samples = _sample_bases(spec, platform, kinds)
         if samples:
@@ -134,6 +139,22 @@ def bases_for(
             why += f"; seed {label}: {exc}"
             bases.append(Base(label, source, None, {}))
     return bases, why
+
+
+def _draft_bases(t: Generated) -> list[Base]:
+    """A template's further drafts (`Generated.drafts`) as bases of their own, each with its CONFIG
+    written in: those whose tile fits the registers (`tunables.config_fits`)."""
+    tile = tn.declared_tile(t.source)
+    out = []
+    for cfg in t.drafts:
+        if tn.config_fits(cfg, tile):
+            change = ", ".join(
+                f"{k} {t.config.get(k)!r}->{v!r}" for k, v in cfg.items() if t.config.get(k) != v
+            )
+            out.append(
+                Base(t.template, tn.write(t.source, cfg), dict(t.tunables), dict(cfg), "template", why=change)
+            )
+    return out
 
 
 def _sample_bases(spec: Spec, platform: str, kinds: Sequence[str]) -> list[Base]:

@@ -300,7 +300,7 @@ def generate(
             raise TunablesError(f"{key} = {value!r} is not one of {parts.tunables[key]}")
         chosen[key] = value
     source = _assemble(graph, name, parts, chosen)
-    return Generated(source=source, template=name, tunables=parts.tunables, config=chosen)
+    return Generated(source, name, parts.tunables, chosen, [] if config else list(parts.drafts))
 
 
 def _assemble(graph: OpGraph, template: str, parts: Parts, config: dict[str, Any]) -> str:

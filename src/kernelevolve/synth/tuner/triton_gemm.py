@@ -30,6 +30,7 @@ from kernelevolve.synth.tuner.triton_common import (
     check_graph,
     dot_lines,
     forward_args,
+    gemm_drafts,
     helpers_for,
     jit_function,
     load,
@@ -146,7 +147,8 @@ def build(graph: OpGraph, precision: str) -> Parts:
 
     fwd = _forward(graph, names, a, b, bias, epilogue)
     tunables, defaults = _knobs(graph, dots, native)
-    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops), tile=("BLOCK_M", "BLOCK_N"))
+    drafts = gemm_drafts(tunables, defaults, precision, native)
+    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops), ("BLOCK_M", "BLOCK_N"), drafts)
 
 
 def _forward(
