@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -154,6 +155,44 @@ def test_a_run_alone_waits_for_memory_being_given_back_before_it_plans() -> None
     start = time.monotonic()  # memory that never comes back: the plan gets the last reading, in time
     assert memory.settled_memory(norm, cuda, alone, lambda: (50 * GIB, 80 * GIB), wait_s=1.5)[0] == 50 * GIB
     assert time.monotonic() - start < 5
+
+
+def test_a_worker_waits_for_memory_its_share_holds_but_the_device_has_not_yet_freed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Mid-run on 4 H100s, level 1's norms were refused "this worker has 49.9 GiB" of the 56 GiB they
+    need, in a share that held it: the worker before them had exited and its memory was not yet freed.
+    A worker's own check now reads the free memory again until it holds the need (or the wait ends);
+    one whose share is too small for it, or that has enough, reads once."""
+    from kernelevolve.evaluate import worker
+
+    monkeypatch.setattr(worker, "FREE_POLL_S", 0.0)
+    fake_torch = SimpleNamespace(cuda=SimpleNamespace(
+        get_device_properties=lambda d: SimpleNamespace(total_memory=80 * GIB), memory_allocated=lambda d: 0,
+    ))  # fmt: skip
+
+    def state(readings: list[int], fraction: float | None) -> tuple[Any, list[int]]:
+        calls: list[int] = []
+
+        def free_memory(device: object) -> int:
+            calls.append(1)
+            return readings[min(len(calls), len(readings)) - 1]
+
+        info = {"gpu_memory_fraction": fraction} if fraction else {}
+        st = SimpleNamespace(device=SimpleNamespace(type="cuda"), info=info,
+                             platform=SimpleNamespace(free_memory=free_memory))  # fmt: skip
+        return st, calls
+
+    st, calls = state([50 * GIB, 52 * GIB, 79 * GIB], fraction=0.9)
+    assert worker._available(st, fake_torch, need=56 * GIB) == 72 * GIB  # 90% of 80, now free
+    assert len(calls) == 3
+    st, calls = state([50 * GIB, 79 * GIB], fraction=0.5)  # a 40 GiB share: no wait, the check refuses
+    assert worker._available(st, fake_torch, need=56 * GIB) == 40 * GIB and len(calls) == 1
+    st, calls = state([79 * GIB], fraction=None)  # enough at once
+    assert worker._available(st, fake_torch, need=56 * GIB) == 79 * GIB and len(calls) == 1
+    monkeypatch.setattr(worker, "FREE_WAIT_S", 0.2)  # memory that never comes back: the last reading
+    st, calls = state([50 * GIB], fraction=None)
+    assert worker._available(st, fake_torch, need=56 * GIB) == 50 * GIB and len(calls) > 1
 
 
 def test_a_spec_over_the_workers_limit_is_refused_before_any_worker_starts(tmp_path: Path) -> None:

@@ -201,6 +201,15 @@ def share_weights(reference: Any, candidate: Any) -> bool:
     return True
 
 
+def footprint_need(spec: Spec, device: str) -> int:
+    """Bytes a worker needs for the spec's largest shape: its inputs, outputs and parameters,
+    `memory.factor` times over (0 where the shapes' tensors are not known)."""
+    from kernelevolve.evaluate.memory import factor
+
+    times = factor("cpu" if str(device).startswith("cpu") else "cuda")
+    return max((times * (spec.footprint_bytes(s.name) or 0) for s in spec.shapes), default=0)
+
+
 def check_footprint(spec: Spec, free_bytes: int, device: str) -> None:
     """Refuse shapes this worker cannot hold: inputs, outputs and parameters, about
     `memory.factor` times over (see `evaluate/memory.py`, whose plan the engine made before
