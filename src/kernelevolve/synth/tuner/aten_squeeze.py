@@ -24,8 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 from kernelevolve.synth.tuner.aten_graph import StandIn, copy_graph
-from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported, _unit_view
+from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported
 from kernelevolve.synth.tuner.aten_reduce import _MAIN_OPS, _name, _reduction
+from kernelevolve.synth.tuner.aten_values import _unit_view
 from kernelevolve.synth.tuner.ir import OpGraph
 
 

@@ -26,14 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelevolve.synth.tuner.aten_graph import StandIn, copy_graph
-from kernelevolve.synth.tuner.aten_map import (
-    _POOLS,
-    _TRANSPOSES,
-    _VIEWS,
-    FLOAT_DTYPES,
-    GraphMapper,
-    Unsupported,
-)
+from kernelevolve.synth.tuner.aten_map import _TRANSPOSES, _VIEWS, FLOAT_DTYPES, GraphMapper, Unsupported
+from kernelevolve.synth.tuner.aten_pool import _POOLS
 from kernelevolve.synth.tuner.describe import describe
 from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
 
