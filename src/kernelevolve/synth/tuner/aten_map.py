@@ -6,28 +6,43 @@ shape's graph here. `GraphMapper` walks the nodes in order and keeps, for every 
 an IR value or a constant, its layout (`full`, `col`, `row`, `scalar`) and its torch shape. Layouts
 follow from what ops mean (a reduction's result is a `row` value), and every broadcast is checked
 against torch's right-aligned rules, so a reduction without keepdim that torch would broadcast along
-the columns is refused rather than misread. Composite ops that the decompositions leave whole
-(`_softmax`, `_log_softmax`, `logsumexp`, `native_layer_norm`, `var`, `var_mean`) are expanded here.
+the columns is refused rather than misread.
+
+Here: the walk (`build`, `visit`), the table of values and their layouts, the elementwise ops and
+the reductions over the last dim. `GraphMapper` composes the op families that read and write the
+same table, each a mixin typed against `aten_values.MapperCore`: the main ops (`aten_gemm`,
+`aten_conv`, `aten_pool`) and the composite ops the decompositions leave whole (`aten_composite`).
 
 Deliberately not here: tracing, the constructor's source, comparing shapes (all in `trace.py`).
 Anything outside the IR raises `Unsupported` with the reason.
-
-Why one module (over 450 lines): it is one class, `GraphMapper`, whose `visit` dispatches each aten
-op to a method, and every method reads and writes the same table of values and their layouts; the
-broadcast check and the composite expansions are only correct against that table.
 """
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from kernelevolve.synth.tuner import aten_misc
-from kernelevolve.synth.tuner.aten_values import Unsupported, _NoValue, _shape, _Val
+from kernelevolve.synth.tuner.aten_composite import CompositeMapping
+from kernelevolve.synth.tuner.aten_conv import ConvMapping
+from kernelevolve.synth.tuner.aten_gemm import GemmMapping
+from kernelevolve.synth.tuner.aten_pool import _POOLS, PoolMapping
+from kernelevolve.synth.tuner.aten_values import (
+    Unsupported,
+    _channel,
+    _Cond,
+    _dtype,
+    _dtype_of,
+    _NoValue,
+    _numel,
+    _pad,
+    _shape,
+    _unit_view,
+    _Val,
+)
 from kernelevolve.synth.tuner.ir import REDUCE_OPS, Arg, ConvInfo, GemmInfo, Op, OpGraph, PoolInfo, TensorArg
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -38,55 +53,9 @@ def _ident(text: str) -> str:
     return out if out and not out[0].isdigit() else "t_" + out
 
 
-def _dtype(node: Any) -> str:
-    return str(node.meta["val"].dtype).removeprefix("torch.")
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)
-
-
-def _pad(shape: tuple[int, ...], n: int) -> tuple[int, ...]:
-    return (1,) * (n - len(shape)) + shape
-
-
-def _unit_view(result: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, ...]:
-    """`out` as `result` with unit dims added or dropped (`OpGraph.out_view`): per dim of `out`, the
-    dim of `result` it is, -1 for an added 1."""
-    dims, j = [], 0
-    for d in out:
-        while j < len(result) and result[j] != d and result[j] == 1:
-            j += 1  # a unit dim of the result that the output drops
-        if j < len(result) and result[j] == d:
-            dims.append(j)
-            j += 1
-        elif d == 1:
-            dims.append(-1)
-        else:
-            j = len(result) + 1
-            break
-    if j > len(result) or any(r != 1 for r in result[j:]):
-        raise Unsupported(f"the main op's result {list(result)} is reshaped to the output {list(out)}")
-    return tuple(dims)
-
-
-def _channel(o: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape of one value per channel (dim 1) of an output of shape `o`, padded to its rank."""
-    return (1, o[1], *(1,) * (len(o) - 2))
-
-
 _VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "clone",
           "contiguous", "detach", "lift_fresh_copy", "_to_copy", "to"}  # fmt: skip
 _TRANSPOSES = {"t", "permute", "transpose"}
-# Poolings: (kind, pooled dims) and their arguments after the input, as aten takes them. A 1-d pooling
-# arrives as a 2-d one of a view with a unit dim; max pooling's second result (its int64 indices) is
-# allowed only unread.
-_POOLS = {"max_pool2d_with_indices": ("max", 2), "max_pool3d_with_indices": ("max", 3),
-          "max_pool2d": ("max", 2), "max_pool3d": ("max", 3), "avg_pool2d": ("avg", 2), "avg_pool3d": ("avg", 3)}  # fmt: skip
-_POOL_ARGS = {
-    "max": ("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
-    "avg": ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"),
-}
 _UNARY = {"neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
           "reciprocal": "reciprocal", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf",
           "silu": "silu", "square": "square", "log1p": "log1p", "expm1": "expm1"}  # fmt: skip
@@ -100,7 +69,7 @@ _FOLD: dict[str, Callable[..., Any]] = {
 }
 
 
-class GraphMapper:
+class GraphMapper(GemmMapping, ConvMapping, PoolMapping, CompositeMapping):
     """Walks one traced graph and builds the OpGraph (sizes for that one shape)."""
 
     # The layouts an output may have (`aten_reduce` adds one value per row).
@@ -417,23 +386,10 @@ class GraphMapper:
             x = self.read(args[0])
             self.check_arg(x, shape)
             return _Val(self.new("clamp", (x.ref, lo, hi)), x.layout, shape)
-        if name == "elu":  # scale * (x if x > 0 else alpha * expm1(input_scale * x)): elu, selu, celu
-            given = [*args[1:4], *(None,) * (4 - len(args))]
-            alpha, scale, input_scale = (
-                kw.get(key, value if value is not None else 1.0)
-                for key, value in zip(("alpha", "scale", "input_scale"), given, strict=True)
-            )
-            if not all(isinstance(c, int | float) for c in (alpha, scale, input_scale)):
-                raise Unsupported("elu with tensor constants is not templated")
-            inner = args[0] if input_scale == 1 else self.elementwise("mul", [args[0], input_scale], shape)
-            expm1 = self.elementwise("expm1", [inner], shape)
-            neg = self.elementwise("mul", [expm1, float(alpha) * float(scale)], shape)
-            pos = args[0] if scale == 1 else self.elementwise("mul", [args[0], scale], shape)
-            return self.elementwise("where_gt0", [args[0], pos, neg], shape)
+        if name == "elu":
+            return self.elu(args, kw, shape)
         if name == "leaky_relu":
-            slope = args[1] if len(args) > 1 else 0.01
-            scaled = self.elementwise("mul", [args[0], slope], shape)
-            return self.elementwise("where_gt0", [args[0], args[0], scaled], shape)
+            return self.leaky_relu(args, shape)
         if name in _COMPARE:
             # x > c  <=>  x - c > 0, exactly, in IEEE arithmetic; `ge`/`le` swap the where's branches.
             x, c = args[0], args[1]
@@ -487,233 +443,6 @@ class GraphMapper:
         if layout is None:
             raise Unsupported(f"reshaping a {x.layout} value to {list(shape)} is not templated")
         return replace(x, shape=shape)
-
-    def transpose(self, name: str, args: list[Any], shape: tuple[int, ...]) -> _Val:
-        x = args[0]
-        n = len(shape)
-        if name == "permute":
-            swap = n >= 2 and [d % n for d in args[1]] == [*range(n - 2), n - 1, n - 2]
-        elif name == "transpose":
-            swap = n >= 2 and sorted(d % n for d in args[1:3]) == [n - 2, n - 1]
-        else:
-            swap = n == 2
-        if not (isinstance(x, _Val) and x.leaf is not None and swap and not x.transposed):
-            raise Unsupported("transposes are templated only of a weight that feeds a matmul")
-        return replace(x, shape=shape, transposed=True)
-
-    def matmul(self, name: str, args: list[Any], kw: dict[str, Any], shape: tuple[int, ...]) -> _Val:
-        if self.gemm is not None or self.conv is not None or self.pool is not None:
-            raise Unsupported("more than one matmul, convolution or pooling is not templated")
-        if self.ops:
-            raise Unsupported("compute before the matmul is not templated (only an elementwise epilogue)")
-        bias, a, b = (args[0], args[1], args[2]) if name == "addmm" else (None, args[0], args[1])
-        if kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1:
-            raise Unsupported("addmm with beta or alpha other than 1 is not templated")
-        for operand in (a, b):
-            if not (isinstance(operand, _Val) and operand.leaf is not None):
-                raise Unsupported("matmul operands must be the forward's inputs or the module's parameters")
-        batched = name == "bmm"
-        batch = a.shape[0] if batched else 1
-        m, k = a.shape[-2], a.shape[-1]
-        n = shape[-1]
-        a_src, a_base, a_dtype = self.leaf_source[a.leaf]
-        b_src, b_base, b_dtype = self.leaf_source[b.leaf]
-        a_km = (
-            a.transposed
-            and a_base[-2:] == (k, m)
-            and _numel(a_base[:-2]) == batch
-            and (batched or len(a_base) == 2)
-        )
-        if not a_km and (a.transposed or _numel(a_base) != batch * m * k or a_base[-1] != k):
-            raise Unsupported(
-                f"matmul operand {a_src} of shape {list(a_base)} is not a contiguous [M, K] or [K, M]"
-            )
-        b_layout = "nk" if b.transposed else "kn"
-        matrix = (n, k) if b.transposed else (k, n)
-        if b_base[-2:] != matrix or _numel(b_base[:-2]) != batch or (not batched and len(b_base) != 2):
-            raise Unsupported(
-                f"matmul operand {b_src} of shape {list(b_base)} is not a contiguous [K, N] or [N, K]"
-            )
-        self.register(a.leaf, a_src, "full", a_dtype)
-        self.register(b.leaf, b_src, "full", b_dtype)
-        bias_name = None
-        if bias is not None:
-            bv = self.read(bias)
-            if bv.layout != "col" or not isinstance(bv.ref, str) or bv.ref not in self.tensors:
-                raise Unsupported("addmm's bias must be a [N] parameter or input")
-            bias_name = bv.ref
-        self.gemm = GemmInfo(a.leaf, b.leaf, b_layout, bias_name, batched, "km" if a_km else "mk")  # type: ignore[arg-type]
-        self.gemm_sizes = (batch, m, n, k)
-        self.main_shape = (*a_base[:-2], m, n) if a_km else (*a_base[:-1], n)  # as the wrapper allocates it
-        return _Val("acc", "full", shape)
-
-    def convolution(self, args: list[Any], shape: tuple[int, ...]) -> _Val:
-        """`aten.convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups)`
-        as the main op: x an input (or parameter), w a parameter, an optional [C_out] bias."""
-        if self.gemm is not None or self.conv is not None or self.pool is not None:
-            raise Unsupported("more than one matmul, convolution or pooling is not templated")
-        if self.ops:
-            raise Unsupported(
-                "compute before the convolution is not templated (only an elementwise epilogue)"
-            )
-        x, w, bias, stride, padding, dilation, transposed, output_padding, groups = (*args, *(None,) * 9)[:9]
-        for operand in (x, w):
-            if not (isinstance(operand, _Val) and operand.leaf is not None and not operand.transposed):
-                raise Unsupported(
-                    "convolution operands must be the forward's inputs or the module's parameters"
-                )
-        x_src, x_base, x_dtype = self.leaf_source[x.leaf]
-        w_src, w_base, w_dtype = self.leaf_source[w.leaf]
-        dims = len(x.shape) - 2
-        if dims not in (1, 2, 3) or x_base != x.shape or w_base != w.shape or len(w.shape) != dims + 2:
-            raise Unsupported(
-                f"convolution of {x_src} {list(x_base)} by {w_src} {list(w_base)}: templated over 1, 2 "
-                "or 3 spatial dims of the tensors as given (batched, not reshaped)"
-            )
-        if shape != self.o:
-            raise Unsupported(
-                f"the convolution's result {list(shape)} is not the output {list(self.o)}: only an "
-                "elementwise epilogue is templated after a convolution (no pooling, reduction or reshape)"
-            )
-        if isinstance(padding, str):
-            raise Unsupported(f"convolution padding {padding!r} is not templated")
-        per_dim = [tuple(int(v) for v in (p if isinstance(p, list | tuple) else [p or 0] * dims)) for p in
-                   (stride, padding, dilation, output_padding)]  # fmt: skip
-        if any(len(p) != dims for p in per_dim):
-            raise Unsupported("convolution stride, padding and dilation must give one value per spatial dim")
-        self.register(x.leaf, x_src, "full", x_dtype)
-        self.register(w.leaf, w_src, "full", w_dtype)
-        bias_name = None
-        g = int(groups or 1)
-        out_channels = w.shape[1] * g if transposed else w.shape[0]
-        if bias is not None:
-            if not (isinstance(bias, _Val) and bias.leaf is not None and bias.shape == (out_channels,)):
-                raise Unsupported("a convolution's bias must be a [C_out] parameter")
-            b_src, _, b_dtype = self.leaf_source[bias.leaf]
-            self.register(bias.leaf, b_src, "chan", b_dtype)
-            bias_name = bias.leaf
-        stride_t, padding_t, dilation_t, output_padding_t = per_dim
-        self.conv = ConvInfo(
-            x.leaf, w.leaf, dims, stride_t, padding_t, dilation_t, groups=g, bias=bias_name,
-            transposed=bool(transposed), output_padding=output_padding_t if transposed else (),
-        )  # fmt: skip
-        positions, in_per_group = _numel(shape[2:]), x.shape[1] // g
-        self.conv_sizes = (g, shape[0] * positions, shape[1] // g, in_per_group * _numel(w.shape[2:]))
-        self.main_shape = shape
-        return _Val("acc", "full", shape)
-
-    def pooling(self, name: str, args: list[Any], kw: dict[str, Any], node: Any) -> Any:
-        """`aten.max_poolNd_with_indices` / `aten.avg_poolNd` of an input as the main op (`PoolInfo`);
-        its indices, where returned, may not be read."""
-        kind, dims = _POOLS[name]
-        if self.gemm is not None or self.conv is not None or self.pool is not None:
-            raise Unsupported("a pooling after a matmul, convolution or pooling is not templated")
-        if self.ops:
-            raise Unsupported("compute before the pooling is not templated (only an elementwise epilogue)")
-        val = node.meta.get("val")
-        shape = tuple(int(d) for d in (val[0] if isinstance(val, tuple | list) else val).shape)
-        x = args[0]
-        if not (isinstance(x, _Val) and x.leaf is not None and not x.transposed):
-            raise Unsupported("pooling is templated of the forward's inputs as given (no compute before it)")
-        src, base, dtype = self.leaf_source[x.leaf]
-        x_dims = len(base) - 2
-        if not (1 <= x_dims <= dims and len(x.shape) == dims + 2 and base[:2] == x.shape[:2]
-                and _pad(base[2:], 3) == _pad(x.shape[2:], 3)):  # fmt: skip
-            raise Unsupported(f"pooling of {src} {list(base)} viewed as {list(x.shape)} is not templated")
-        given = dict(zip(_POOL_ARGS[kind], args[1:], strict=False)) | kw
-        if given.get("ceil_mode"):
-            raise Unsupported("pooling with ceil_mode is not templated")
-
-        def per_dim(key: str, default: int | None) -> tuple[int, ...]:
-            v = given.get(key)
-            v = default if v is None or v == [] else v
-            v = v if isinstance(v, list | tuple) else [v] * dims
-            if len(v) == 1:
-                v = list(v) * dims
-            if len(v) != dims or not all(isinstance(i, int) for i in v):
-                raise Unsupported(f"pooling {key} {given.get(key)!r} is not templated")
-            return tuple(int(i) for i in v)
-
-        kernel = per_dim("kernel_size", None)
-        stride = per_dim("stride", None) if given.get("stride") not in (None, []) else kernel
-        padding, dilation = per_dim("padding", 0), per_dim("dilation", 1)
-        unit = dims - x_dims  # the view's leading unit dims: pooled by one, no padding
-        if any(kernel[i] != 1 or padding[i] != 0 for i in range(unit)):
-            raise Unsupported("pooling across a unit dim of a view is not templated")
-        if [d for d in shape if d != 1] != [d for d in self.o if d != 1]:
-            raise Unsupported(
-                f"the pooling's result {list(shape)} is not the output {list(self.o)}: only an elementwise "
-                "epilogue is templated after a pooling"
-            )
-        divisor = given.get("divisor_override")
-        if divisor is not None and not isinstance(divisor, int):
-            raise Unsupported("a pooling divisor that is not an integer is not templated")
-        self.register(x.leaf, src, "full", dtype)
-        self.pool = PoolInfo(
-            x.leaf, kind, dims, x_dims, kernel, stride, padding, dilation,  # type: ignore[arg-type]
-            count_include_pad=bool(given.get("count_include_pad", True)), divisor_override=divisor,
-        )  # fmt: skip
-        acc = _Val("acc", "full", shape)
-        self.main_shape = shape[:2] + shape[2 + unit :]  # as the wrapper allocates it: no view's unit dims
-        return (acc, _NoValue("the pooling's indices")) if name.endswith("_with_indices") else acc
-
-    # -- composite ops (what the decompositions leave whole) ---------------------------------------
-
-    def softmax(self, name: str, x: Any, dim: Any, keepdim: bool = True) -> _Val:
-        dims = dim if isinstance(dim, list | tuple) else [dim]
-        row, full = ((*self.o[:-1], 1) if keepdim else self.o[:-1]), self.o
-        m = self.reduce("amax", x, dims, True)
-        d = self.elementwise("sub", [x, m], full)
-        e = self.elementwise("exp", [d], full)
-        s = self.reduce("sum", e, [-1], keepdim)
-        if name == "_softmax":
-            return self.elementwise("div", [e, s], full)
-        log_s = self.elementwise("log", [s], row)
-        if name == "_log_softmax":
-            return self.elementwise("sub", [d, log_s], full)
-        return self.elementwise("add", [log_s, m if keepdim else self.view(m, row)], row)
-
-    def layer_norm(self, x: Any, normalized: Any, w: Any, b: Any, eps: float) -> tuple[Any, ...]:
-        if len(normalized) != 1:
-            raise Unsupported("layer norm over more than the last dim is not templated")
-        full, row = self.o, (*self.o[:-1], 1)
-        mean = self.reduce("mean", x, [-1], True)
-        d = self.elementwise("sub", [x, mean], full)
-        var = self.reduce("mean", self.elementwise("square", [d], full), [-1], True)
-        rstd = self.elementwise("rsqrt", [self.elementwise("add", [var, eps], row)], row)
-        y = self.elementwise("mul", [d, rstd], full)
-        if w is not None:
-            y = self.elementwise("mul", [y, w], full)
-        if b is not None:
-            y = self.elementwise("add", [y, b], full)
-        return (y, _NoValue("layer norm's mean"), _NoValue("layer norm's rstd"))
-
-    def var(self, name: str, args: list[Any], kw: dict[str, Any]) -> Any:
-        dims = args[1] if len(args) > 1 else kw.get("dim")
-        correction = kw.get("correction", 1)
-        correction = 1 if correction is None else correction
-        keep = bool(kw.get("keepdim", False))
-        if dims is None:
-            raise Unsupported(f"{name} over every dim is not templated")
-        full, row = self.o, ((*self.o[:-1], 1) if keep else self.o[:-1])
-        mean = self.reduce("mean", args[0], dims, True)
-        sq = self.elementwise("square", [self.elementwise("sub", [args[0], mean], full)], full)
-        var = self.reduce("mean", sq, [-1], keep)
-        if correction:  # a constant that depends on cols: shapes with other cols give another graph
-            var = self.elementwise("mul", [var, self.cols / (self.cols - correction)], row)
-        if name == "var":
-            return var
-        return (var, mean if keep else self.view(mean, row))
-
-
-@dataclass(frozen=True)
-class _Cond:
-    value: _Val  # `value > 0` (gt, lt) or `value > 0` with the branches swapped (ge, le)
-    kind: str
-
-
-def _dtype_of(v: Any) -> str:
-    return str(getattr(v, "dtype", "")).removeprefix("torch.")
 
 
 __all__ = ["FLOAT_DTYPES", "GraphMapper", "Unsupported"]

@@ -45,8 +45,8 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from kernelevolve.synth.tuner.aten_map import (
-    GraphMapper,
+from kernelevolve.synth.tuner.aten_map import GraphMapper
+from kernelevolve.synth.tuner.aten_values import (
     Unsupported,
     _channel,
     _NoValue,

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported, _unit_view
+from kernelevolve.synth.tuner.aten_graph import StandIn, copy_graph
+from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported
 from kernelevolve.synth.tuner.aten_reduce import _MAIN_OPS, _name, _reduction
+from kernelevolve.synth.tuner.aten_values import _unit_view
 from kernelevolve.synth.tuner.ir import OpGraph
 
 
@@ -39,41 +41,26 @@ def _project(shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, ...] | 
     return tuple(d for d, o in zip(padded, out, strict=True) if o != 1)
 
 
-class _Projected:
-    """A graph module's stand-in (`.graph`, and the constants its get_attr nodes name) whose values
-    have projected shapes."""
+def _projected(gm: Any, out: tuple[int, ...]) -> StandIn:
+    """A stand-in for `gm` whose graph is a copy with every read value's shape projected (see the
+    module's docstring)."""
+    import torch
 
-    def __init__(self, gm: Any, out: tuple[int, ...]):
-        import torch
-
-        self._owner = gm
-        self.graph = _copy(gm.graph)
-        for node in self.graph.nodes:
-            val = node.meta.get("val")
-            if not hasattr(val, "shape") or isinstance(val, tuple | list) or not node.users:
-                continue  # an unread input or parameter keeps its shape
-            shape = _project(tuple(int(d) for d in val.shape), out)
-            if shape is None:
-                raise Unsupported(
-                    f"a value of shape {list(val.shape)} does not broadcast to the output {list(out)}"
-                )
-            node.meta = {**node.meta, "val": torch.empty(shape, dtype=val.dtype, device="meta")}
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self._owner, name)
-
-
-def _copy(graph: Any) -> Any:
-    import torch.fx as fx
-
-    g = fx.Graph()
-    env: dict[Any, Any] = {}
-    for n in graph.nodes:
-        env[n] = g.node_copy(n, lambda a: env[a])
-        env[n].meta = dict(n.meta)
-    return g
+    nodes = list(gm.graph.nodes)
+    out_node = next(n for n in nodes if n.op == "output")
+    body = [n for n in nodes if n.op not in ("placeholder", "output")]
+    graph = copy_graph([n for n in nodes if n.op == "placeholder"], body, out_node.args[0])
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        if not hasattr(val, "shape") or isinstance(val, tuple | list) or not node.users:
+            continue  # an unread input or parameter keeps its shape
+        shape = _project(tuple(int(d) for d in val.shape), out)
+        if shape is None:
+            raise Unsupported(
+                f"a value of shape {list(val.shape)} does not broadcast to the output {list(out)}"
+            )
+        node.meta = {**node.meta, "val": torch.empty(shape, dtype=val.dtype, device="meta")}
+    return StandIn(graph, gm)
 
 
 class UnitDimsMapper(GraphMapper):
@@ -92,7 +79,7 @@ class UnitDimsMapper(GraphMapper):
         gm, sources, forward_args = self.args
         out = tuple(int(d) for d in self.out_nodes[0].meta["val"].shape)
         try:
-            squeezed = GraphMapper(_Projected(gm, out), sources, forward_args)
+            squeezed = GraphMapper(_projected(gm, out), sources, forward_args)
             graph = squeezed.build(shape_name)
         except Unsupported:
             raise whole from None

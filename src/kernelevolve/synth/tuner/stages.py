@@ -25,14 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kernelevolve.synth.tuner.aten_map import (
-    _POOLS,
-    _TRANSPOSES,
-    _VIEWS,
-    FLOAT_DTYPES,
-    GraphMapper,
-    Unsupported,
-)
+from kernelevolve.synth.tuner.aten_graph import StandIn, copy_graph
+from kernelevolve.synth.tuner.aten_map import _TRANSPOSES, _VIEWS, FLOAT_DTYPES, GraphMapper, Unsupported
+from kernelevolve.synth.tuner.aten_pool import _POOLS
 from kernelevolve.synth.tuner.describe import describe
 from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
 
@@ -55,7 +50,7 @@ def map_graph(
         whole = exc
     budget = [_BUDGET]
     stages, why = _split(
-        mapper, _Sub(gm.graph, gm), sources, forward_args, len(forward_args), shape_name, budget
+        mapper, StandIn(gm.graph, gm), sources, forward_args, len(forward_args), shape_name, budget
     )
     if stages is None:
         raise Unsupported(_attention(gm.graph) + (why or str(whole))) from None
@@ -79,7 +74,7 @@ def map_graph(
 
 def _split(
     mapper: Mapper,
-    gm: _Sub,
+    gm: StandIn,
     sources: list[str],
     args: list[str],
     n_inputs: int,
@@ -122,15 +117,14 @@ def _split(
             continue
         budget[0] -= 1
         try:
-            head = mapper(
-                _graph(gm, placeholders, [n for n in nodes if n in prefix], cut), sources, args
-            ).build(shape_name)
+            head_graph = copy_graph(placeholders, [n for n in nodes if n in prefix], cut)
+            head = mapper(StandIn(head_graph, gm), sources, args).build(shape_name)
         except Unsupported:
             continue
         j = len(args) - n_inputs
         mid = f"_mid{j}"
         copied = [n for n in nodes if n in free and any(n in ancestors[b] for b in borrowed)]
-        tail = _graph(gm, placeholders, copied + rest, out_node.args[0], cut)
+        tail = StandIn(copy_graph(placeholders, copied + rest, out_node.args[0], cut), gm)
         tail_sources, tail_args = [*sources, f"input:{len(args)}"], [*args, mid]
         budget[0] -= 1
         later: list[OpGraph] | None
@@ -199,45 +193,6 @@ def _float_tensor(n: Any) -> bool:
         and len(val.shape) > 0
         and str(val.dtype).removeprefix("torch.") in FLOAT_DTYPES
     )
-
-
-class _Sub:
-    """A graph module's stand-in for GraphMapper: `.graph`, and the traced module's attributes (the
-    constants its get_attr nodes name) from `owner`."""
-
-    def __init__(self, graph: Any, owner: Any = None):
-        self.graph = graph
-        self._owner = owner
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or self._owner is None:
-            raise AttributeError(name)
-        return getattr(self._owner, name)
-
-
-def _graph(gm: _Sub, placeholders: list[Any], body: list[Any], output: Any, mid: Any = None) -> _Sub:
-    """A new fx graph: every placeholder (so sources keep their positions), `mid` (a node of the
-    original) as one more placeholder if given, the `body` nodes copied in order, and `output`."""
-    import torch.fx as fx
-
-    g = fx.Graph()
-    env: dict[Any, Any] = {}
-    for p in placeholders:
-        env[p] = g.node_copy(p)
-    if mid is not None and output is not mid:
-        env[mid] = g.placeholder("mid")
-        env[mid].meta = dict(mid.meta)
-    for n in body:
-        if n is not mid or output is mid:
-            env[n] = g.node_copy(n, lambda a: env[a])
-
-    def remap(o: Any) -> Any:
-        if isinstance(o, list | tuple):
-            return type(o)(remap(x) for x in o)
-        return env[o] if isinstance(o, fx.Node) else o
-
-    g.output(remap(output))
-    return _Sub(g, gm)
 
 
 def _fp32_if_intermediate(t: TensorArg, n_inputs: int) -> TensorArg:
