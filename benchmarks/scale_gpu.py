@@ -1,13 +1,15 @@
-"""Executor throughput on GPUs: candidates per minute with 1 and 2 GPUs, local and Ray executors, and
-how busy the GPUs were while it ran.
+"""Executor throughput on GPUs: candidates per minute with 1, 2, ... N GPUs, local and Ray executors,
+and how busy the GPUs were while it ran.
 
-Each configuration evaluates the same 40 candidates (`--count`; the twenty Triton softmax variants of
-`softmax_variants.py`, twice, the second time marked so each is a distinct evaluation) through the
-product's executor (`open_evaluator`), with `workers` = 2 per GPU and as many in flight. The GPU busy
-fraction is NVML's utilization (the share of time a kernel was running), sampled by `nvidia-smi`
-every 200 ms on the GPUs in use. The ratio 2 GPUs / 1 GPU is measured in one run, side by side.
+Each configuration evaluates `--per-gpu` candidates per GPU it uses (the twenty Triton softmax
+variants of `softmax_variants.py`, again and again, each repetition marked so each is a distinct
+evaluation) through the product's executor (`open_evaluator`), with `workers` = 2 per GPU and as many
+in flight. The GPU busy fraction is NVML's utilization (the share of time a kernel was running),
+sampled by `nvidia-smi` every 200 ms on the GPUs in use. The ratios N GPUs / 1 GPU are measured in
+one run, side by side.
 
     PYTHONPATH=src python benchmarks/scale_gpu.py --out /tmp/scale.json              # local, 1 and 2 GPUs
+    PYTHONPATH=src python benchmarks/scale_gpu.py --gpus 1,2,4 --out /tmp/scale.json # 1, 2 and 4
     PYTHONPATH=src python benchmarks/scale_gpu.py --ray --out /tmp/scale.json        # and Ray (the extra)
 
 Prints a short table last.
@@ -79,9 +81,13 @@ class Utilization:
 
 
 def sources(tmp: Path, count: int) -> list[tuple[str, str]]:
+    """`count` distinct candidates: the variants, then each again with a marker line per repetition."""
     paths = softmax_variants.write(tmp / "variants")
     first = [(p.read_text(), p.name) for p in paths]
-    items = first + [(f"{src}\n# again\n", f"again-{name}") for src, name in first]
+    items = []
+    for k in range(-(-count // len(first))):
+        items += [(src if k == 0 else f"{src}\n# again {k}\n", name if k == 0 else f"again{k}-{name}")
+                  for src, name in first]  # fmt: skip
     return items[:count]
 
 
@@ -116,14 +122,18 @@ def measure(executor: str, devices: list[int], settings: Settings, profile: dict
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ray", action="store_true", help="also the Ray executor (a local Ray instance)")
-    ap.add_argument("--count", type=int, default=40, help="candidates per configuration (at most 40)")
+    ap.add_argument("--gpus", default="1,2", help="GPU counts to measure, comma-separated (default 1,2)")
+    ap.add_argument("--per-gpu", type=int, default=20, help="candidates per GPU used (default 20)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     import torch
 
     count = torch.cuda.device_count()
-    if count < 2:
-        print(f"needs 2 GPUs, sees {count}", file=sys.stderr)
+    sizes = sorted({int(n) for n in args.gpus.split(",") if n.strip()})
+    if not sizes or sizes[0] < 1 or sizes[-1] > count or 1 not in sizes:
+        print(
+            f"--gpus {args.gpus}: needs 1 among the counts and at most the {count} GPUs seen", file=sys.stderr
+        )
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="kernelevolve-scale-"))
     settings = Settings(
@@ -131,15 +141,11 @@ def main() -> int:
     ).validate()
     with Workspace.open(settings.workspace) as ws:
         profile, _ = hardware_profile(get_platform("cuda"), settings, ws)
-    items = sources(tmp, args.count)
-    rows = [
-        measure("local", [0], settings, profile, items),
-        measure("local", [0, 1], settings, profile, items),
-    ]
-    if args.ray:
+    items = sources(tmp, args.per_gpu * sizes[-1])
+    rows = []
+    for executor in ["local"] + (["ray"] if args.ray else []):
         rows += [
-            measure("ray", [0], settings, profile, items),
-            measure("ray", [0, 1], settings, profile, items),
+            measure(executor, list(range(n)), settings, profile, items[: args.per_gpu * n]) for n in sizes
         ]
     record = {
         "date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0),
