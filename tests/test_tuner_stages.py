@@ -175,6 +175,9 @@ def generated(graphs: dict[str, tuple[str, OpGraph]]) -> dict[str, tuple[str, st
         for template in names:
             out[f"{name}@{template}"] = (path, generate(graph, template=template).source)
         out[f"{name}@small"] = (path, generate(graph, config=_small(graph, names[0])).source)
+        drafts = generate(graph).drafts
+        if drafts:  # the first preset the tuner drafts (a GEMM's or convolution's stage, 3xTF32)
+            out[f"{name}@draft"] = (path, generate(graph, config=drafts[0]).source)
     return out
 
 
@@ -211,6 +214,7 @@ def test_generated_pipelines_match_the_reference_under_the_interpreter(
 ) -> None:
     name, _, which = case.partition("@")
     keys = [f"{name}@small"] if which == "small" else [f"{name}@{t}" for t in variants(graphs[name][1])]
+    keys += [k for k in interpreted if k == f"{name}@draft" and which == "small"]
     for key in keys:
         assert interpreted[key] == "ok", (key, interpreted[key])
 
@@ -238,6 +242,19 @@ def test_each_stage_has_its_own_prefixed_tunables_and_tile(graphs: dict[str, tup
     assert 'CONFIG["s2_BLOCK"]' in gen.source and 'CONFIG["BLOCK"]' not in gen.source
     with pytest.raises(ValueError, match="no tunable 'BLOCK'"):
         generate(graph, config={"BLOCK": 64})
+
+
+def test_a_pipeline_drafts_its_main_stages_presets_with_the_other_stages_at_their_defaults(
+    graphs: dict[str, tuple[str, OpGraph]],
+) -> None:
+    gen = generate(graphs["linear-gelu-softmax"][1])
+    assert gen.template.startswith("triton-gemm+") and len(gen.drafts) >= 2
+    for d in gen.drafts:
+        changed = {k for k in d if d[k] != gen.config[k]}
+        assert changed and all(k.startswith("s0_") for k in changed), changed
+        assert d["s0_DOT"] == "tf32x3" and set(d) == set(gen.config)
+    assert all(tunables.config_fits(d, tunables.declared_tile(gen.source)) for d in gen.drafts)
+    assert generate(graphs["linear-gelu-softmax"][1], config={"s0_BLOCK_K": 16}).drafts == []
 
 
 def test_each_stage_tile_is_checked_against_its_own_warps() -> None:

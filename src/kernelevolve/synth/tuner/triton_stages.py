@@ -83,7 +83,7 @@ def generate(
             raise TunablesError(f"{key} = {value!r} is not one of {parts.tunables[key]}")
         chosen[key] = value
     source = codegen.assemble(graph, name, parts, chosen)
-    return Generated(source=source, template=name, tunables=parts.tunables, config=chosen)
+    return Generated(source, name, parts.tunables, chosen, [] if config else list(parts.drafts))
 
 
 def compose(graph: OpGraph, templates: list[str], precision: str, codegen: Codegen) -> Parts:
@@ -94,6 +94,7 @@ def compose(graph: OpGraph, templates: list[str], precision: str, codegen: Codeg
     defaults: dict[str, int | str] = {}
     helpers: set[str] = set()
     tile: list[str] = []
+    stage_drafts: list[dict[str, int | str]] = []  # each stage's presets, its keys prefixed
     reference_args = forward_args(graph)
     calls = []
     for k, (stage, template) in enumerate(zip(graph.stages, templates, strict=True)):
@@ -124,7 +125,11 @@ def compose(graph: OpGraph, templates: list[str], precision: str, codegen: Codeg
         defaults.update({prefix + key: value for key, value in parts.defaults.items()})
         helpers |= parts.helpers
         tile += [prefix + key for key in parts.tile]
-    return Parts(kernels + functions, calls, tunables, defaults, helpers, tile=tuple(tile))
+        stage_drafts += [{prefix + key: value for key, value in d.items()} for d in parts.drafts]
+    # A pipeline drafts each stage's presets (a GEMM's or convolution's) with the other stages at
+    # their defaults.
+    drafts = [{**defaults, **d} for d in stage_drafts]
+    return Parts(kernels + functions, calls, tunables, defaults, helpers, tuple(tile), drafts)
 
 
 def _function(name: str, params: list[str], body: list[str]) -> str:
