@@ -162,11 +162,11 @@ def test_a_worker_waits_for_memory_its_share_holds_but_the_device_has_not_yet_fr
 ) -> None:
     """Mid-run on 4 H100s, level 1's norms were refused "this worker has 49.9 GiB" of the 56 GiB they
     need, in a share that held it: the worker before them had exited and its memory was not yet freed.
-    A worker's own check now reads the free memory again until it holds the need (or the wait ends);
-    one whose share is too small for it, or that has enough, reads once."""
+    A worker's own check (`worker._available`) now reads the free memory again until it holds the need
+    (or the wait ends); one whose share is too small for it, or that has enough, reads once."""
     from kernelevolve.evaluate import worker
 
-    monkeypatch.setattr(worker, "FREE_POLL_S", 0.0)
+    monkeypatch.setattr(memory, "FREE_POLL_S", 0.0)
     fake_torch = SimpleNamespace(cuda=SimpleNamespace(
         get_device_properties=lambda d: SimpleNamespace(total_memory=80 * GIB), memory_allocated=lambda d: 0,
     ))  # fmt: skip
@@ -190,7 +190,10 @@ def test_a_worker_waits_for_memory_its_share_holds_but_the_device_has_not_yet_fr
     assert worker._available(st, fake_torch, need=56 * GIB) == 40 * GIB and len(calls) == 1
     st, calls = state([79 * GIB], fraction=None)  # enough at once
     assert worker._available(st, fake_torch, need=56 * GIB) == 79 * GIB and len(calls) == 1
-    monkeypatch.setattr(worker, "FREE_WAIT_S", 0.2)  # memory that never comes back: the last reading
+    st, calls = state([50 * GIB, 79 * GIB], fraction=None)  # the CPU's memory: no wait
+    st.device.type = "cpu"
+    assert worker._available(st, fake_torch, need=56 * GIB) == 50 * GIB and len(calls) == 1
+    monkeypatch.setattr(memory, "FREE_WAIT_S", 0.2)  # memory that never comes back: the last reading
     st, calls = state([50 * GIB], fraction=None)
     assert worker._available(st, fake_torch, need=56 * GIB) == 50 * GIB and len(calls) > 1
 

@@ -200,6 +200,28 @@ def fit(spec: Any, platform: Any, settings: Any, memory: tuple[int, int] | None)
     return replace(settings, workers=p.workers, spares=p.spares), p
 
 
+# A worker whose share holds its spec but whose device's free memory does not yet waits this long for
+# it, asking every FREE_POLL_S: a worker that has just exited on the device (the last candidate's, or
+# a run's that ended) holds its memory until the driver frees it (on 4 H100s, level 1's norms of
+# 14-16 GiB were refused mid-run, "this worker has 49.9 GiB" of the 56 GiB they need).
+FREE_WAIT_S = 30.0
+FREE_POLL_S = 0.25
+
+
+def available_bytes(read_free: Callable[[], int], share: int | None, need: int, wait: bool = True) -> int:
+    """What a worker may allocate: the device's free memory (`read_free`), within its `share` (None:
+    no cap). Where the share holds `need` bytes but the free memory does not, the free memory is read
+    again (FREE_WAIT_S at most, where `wait`) until it does; the last reading stands."""
+    deadline = time.monotonic() + FREE_WAIT_S
+    while True:
+        free = read_free()
+        available = free if share is None else min(free, share)
+        short = available < need and (share is None or share >= need)
+        if not short or not wait or time.monotonic() >= deadline:
+            return int(available)
+        time.sleep(FREE_POLL_S)
+
+
 SETTLE_S = 30.0  # how long a run alone on its device waits for memory that is being given back
 
 

@@ -176,30 +176,19 @@ def _prepare_shapes(state: Prepared, spec: Any, path: Path, torch: Any) -> None:
     state.info["spec_fingerprint"] = spec.fingerprint
 
 
-# A worker whose share holds its spec but whose device's free memory does not yet waits this long for
-# it, asking every FREE_POLL_S: a worker that has just exited on the device (the last candidate's, or
-# a run's that ended) holds its memory until the driver frees it (on 4 H100s, level 1's norms of
-# 14-16 GiB were refused mid-run, "this worker has 49.9 GiB" of the 56 GiB they need).
-FREE_WAIT_S = 30.0
-FREE_POLL_S = 0.25
-
-
 def _available(state: Prepared, torch: Any, need: int = 0) -> int:
     """What this worker may still allocate: the device's free memory, within its share of it; where
-    the share holds `need` bytes and the free memory does not, after waiting for it (FREE_WAIT_S)."""
+    the share holds `need` bytes and the free memory does not yet, after waiting for it
+    (`memory.available_bytes`)."""
+    from kernelevolve.evaluate.memory import available_bytes
+
     share = None
     fraction = state.info.get("gpu_memory_fraction")
     if state.device.type == "cuda" and fraction:
         total = torch.cuda.get_device_properties(state.device).total_memory
         share = int(float(fraction) * total) - torch.cuda.memory_allocated(state.device)
-    deadline = time.monotonic() + FREE_WAIT_S
-    while True:
-        free = state.platform.free_memory(state.device)
-        available = free if share is None else min(free, share)
-        short = available < need and (share is None or share >= need)
-        if not short or state.device.type != "cuda" or time.monotonic() >= deadline:
-            return int(available)
-        time.sleep(FREE_POLL_S)
+    read = lambda: state.platform.free_memory(state.device)  # noqa: E731
+    return available_bytes(read, share, need, wait=state.device.type == "cuda")
 
 
 def _gpu_lease(state: Prepared) -> Any:

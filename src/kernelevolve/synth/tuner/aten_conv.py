@@ -73,11 +73,12 @@ class ConvMapping:
             self.register(bias.leaf, b_src, "chan", b_dtype)
             bias_name = bias.leaf
         stride_t, padding_t, dilation_t, output_padding_t = per_dim
+        positions, in_per_group = _numel(shape[2:]), x.shape[1] // g
         self.conv = ConvInfo(
             x.leaf, w.leaf, dims, stride_t, padding_t, dilation_t, groups=g, bias=bias_name,
             transposed=bool(transposed), output_padding=output_padding_t if transposed else (),
+            in_per_group=in_per_group,
         )  # fmt: skip
-        positions, in_per_group = _numel(shape[2:]), x.shape[1] // g
         self.conv_sizes = (g, shape[0] * positions, shape[1] // g, in_per_group * _numel(w.shape[2:]))
         self.main_shape = shape
         return _Val("acc", "full", shape)

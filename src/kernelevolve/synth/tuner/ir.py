@@ -142,6 +142,7 @@ class ConvInfo:
     bias: str | None = None
     transposed: bool = False
     output_padding: tuple[int, ...] = ()
+    in_per_group: int = 0  # C_in / groups (0: not known); 1 with groups > 1 is a depthwise convolution
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,7 @@ class Generated:
     tunables: dict[str, list[int | str]]
     config: dict[str, int | str]
     # Further whole configurations worth drafting after `config`, best guess first (a GEMM's tile
-    # presets and fast dot: `triton_common.gemm_drafts`); the tuner drafts them after every
+    # presets and fast dot: `triton_gemm.gemm_drafts`); the tuner drafts them after every
     # template's default (`templates.bases_for`).
     drafts: list[dict[str, int | str]] = field(default_factory=list)
 

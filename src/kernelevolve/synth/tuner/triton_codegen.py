@@ -20,7 +20,8 @@ Templates per pattern (`variants(graph)` lists them, the first is the default):
 - gemm: `triton-gemm` (tiled, GROUP_M swizzle, batched through the grid's second axis, bias and
   epilogue fused before the store), see `triton_gemm.py`;
 - conv: `triton-conv` (1-, 2- and 3-d convolutions as an implicit GEMM, groups through the grid's
-  second axis, bias and epilogue fused), see `triton_conv.py`.
+  second axis, bias and epilogue fused), see `triton_conv.py`; a depthwise one (one input channel
+  per group) first gets `triton-conv-depthwise` (a direct stencil kernel), see `triton_depthwise.py`.
 - pool: `triton-pool` (1-, 2- and 3-d max and average pooling, the window unrolled, epilogue fused),
   see `triton_pool.py`.
 - pipeline: each stage's templates composed into one file (`triton-conv+triton-pool`: stage by stage,
@@ -50,6 +51,7 @@ from typing import Any
 from kernelevolve.synth.tuner import (
     triton_arg,
     triton_conv,
+    triton_depthwise,
     triton_gemm,
     triton_pool,
     triton_row,
@@ -240,6 +242,7 @@ TEMPLATES: dict[str, tuple[str, Builder, Callable[[OpGraph], bool]]] = {
     "triton-row": ("row", lambda g, p: triton_row.build(g, p, looped=False), _always),
     "triton-row-looped": ("row", lambda g, p: triton_row.build(g, p, looped=True), _always),
     "triton-gemm": ("gemm", triton_gemm.build, _always),
+    "triton-conv-depthwise": ("conv", triton_depthwise.build, triton_depthwise.applies),
     "triton-conv": ("conv", triton_conv.build, _always),
     "triton-pool": ("pool", triton_pool.build, _always),
     "triton-scalar": ("scalar", lambda g, p: triton_scalar.build(g, p, looped=False), _always),

@@ -18,7 +18,7 @@ A transposed convolution is the same GEMM over (input channel, kernel position) 
 keeps only the input positions i where i * stride - pad + k * dilation lands on the output position
 (a stride of s masks all but 1 in s^dims of them: correct, not fast).
 
-Not here: a direct (non-GEMM) depthwise kernel (a depthwise convolution runs
+Not here: a direct (non-GEMM) depthwise kernel (`triton_depthwise`: here a depthwise convolution runs
 as GEMMs one channel wide, correct but far from the bandwidth a direct kernel reaches), channels-last
 layouts, split-K.
 """
@@ -36,7 +36,6 @@ from kernelevolve.synth.tuner.triton_common import (
     check_graph,
     dot_lines,
     forward_args,
-    gemm_drafts,
     helpers_for,
     jit_function,
     load,
@@ -48,6 +47,7 @@ from kernelevolve.synth.tuner.triton_common import (
     source_expr,
     store,
 )
+from kernelevolve.synth.tuner.triton_gemm import gemm_drafts
 
 _GEOMETRY = ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW")
 
