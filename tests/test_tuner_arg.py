@@ -160,3 +160,39 @@ def test_the_cpu_generator_refuses_arg_graphs(tmp_path: Path) -> None:
     assert graph is not None, why
     with pytest.raises(NotImplementedError, match="CPU templates"):
         c_codegen.generate(graph)
+
+
+def test_the_arg_kernel_is_compiled_without_fused_multiply_adds(tmp_path: Path) -> None:
+    """torch rounds a prologue's x * c - y twice (two kernels); Triton contracts them into one FMA by
+    default, whose single rounding moves a value by an ulp and an index with it."""
+    graph, why = recognize(load_spec(_spec(tmp_path, "argmax-prologue")))
+    assert graph is not None, why
+    assert "enable_fp_fusion=False" in generate(graph).source
+
+
+@pytest.mark.gpu
+def test_triton_without_fp_fusion_rounds_a_multiply_add_as_torch_does() -> None:
+    """What the arg template relies on, on this GPU's Triton: with fusion (the default) x * 1.3 - y
+    differs from torch's in some elements; with `enable_fp_fusion=False`, in none."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def mul_sub(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        y = tl.load(y_ptr + offs, mask=mask)
+        tl.store(out_ptr + offs, x * 1.3 - y, mask=mask)
+
+    torch.manual_seed(0)
+    x, y = torch.rand(1 << 20, device="cuda") + 1, torch.rand(1 << 20, device="cuda")
+    want = x * 1.3 - y
+    differs = {}
+    for fusion in (True, False):
+        out = torch.empty_like(x)
+        mul_sub[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK=1024, enable_fp_fusion=fusion)
+        differs[fusion] = int((out != want).sum())
+    assert differs[False] == 0, differs
+    assert differs[True] > 0, differs  # else the test shows nothing: fusion changed no value

@@ -10,6 +10,10 @@ argmin alike): the first NaN column is tracked apart from the values and wins wh
 A row whose values are all -inf (argmin: +inf) keeps index 0, as torch's. The index is the column
 within the reduced dims, row-major, which is what torch returns (a flat index for `dim=None`).
 
+The kernel is compiled without fused multiply-adds (`enable_fp_fusion=False`; Triton contracts a
+multiply and an add into one FMA by default, one rounding where torch's two kernels round twice): a
+prologue's values are then torch's to the bit (`aten_arg.EXACT_OPS`).
+
 Not here: a split of one long row over several programs (a few rows of millions of values run one
 program each), returning the value with the index (`torch.max(x, dim)`'s pair).
 """
@@ -115,7 +119,8 @@ def build(graph: OpGraph, precision: str) -> Parts:
         "_arg_kernel[(_progs,)](",
         "    " + ", ".join([*launch_args(tensors, graph, names), "_rows", "_cols", *idx.args()]) + ",",
         "    ROWS=_r, CHUNK=_chunk, NCHUNK=triton.cdiv(_cols, _chunk), IDX64=_progs * _r * _cols >= 2**31,",
-        '    num_warps=CONFIG["num_warps"],',
+        # no fused multiply-adds: torch rounds a prologue's x * c - y twice, and the indices are exact
+        '    num_warps=CONFIG["num_warps"], enable_fp_fusion=False,',
         ")",
         f"return {outputs_tuple(graph)}",
     ]
