@@ -16,7 +16,10 @@ Precision (`DOT`), as `triton_gemm`: strict_fp32 -> "ieee" by default, "tf32x3" 
 
 A transposed convolution is the same GEMM over (input channel, kernel position) with a gather that
 keeps only the input positions i where i * stride - pad + k * dilation lands on the output position
-(a stride of s masks all but 1 in s^dims of them: correct, not fast).
+(a stride of s masks all but 1 in s^dims of them: correct, not fast). Where the stride is above 1
+and the dilation 1, `triton_conv_phased` (template `triton-conv-phased`, drafted after this one) runs
+one GEMM per output phase over only the taps that reach it; it shares this module's pieces (`Conv`,
+`swizzle`, `epilogue`, `forward_head`, `launch`, `parts`).
 
 Not here: a direct (non-GEMM) depthwise kernel (a depthwise convolution runs
 as GEMMs one channel wide, correct but far from the bandwidth a direct kernel reaches), channels-last
