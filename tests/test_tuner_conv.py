@@ -64,8 +64,8 @@ REFERENCES = {
 # convT1d-output-padding, convT3d-mixed-geometry above).
 PHASED = {
     "convT1d-stride3-k5": (  # taps (0, 3), (1, 4), (2): the last phase's second tap masked
-        "nn.ConvTranspose1d(3, 5, 5, stride=3, padding=2, output_padding=1)", "torch.tanh(self.conv(x)) * self.scale",
-        "[torch.randn(2, 3, 7)]",
+        "nn.ConvTranspose1d(3, 5, 5, stride=3, padding=2, output_padding=1)",
+        "torch.tanh(self.conv(x)) * self.scale", "[torch.randn(2, 3, 7)]",
     ),
     "convT2d-k4-stride2-bias-epilogue": (  # KernelBench's ConvTranspose2d(64, 128, 4, 2, 1), small
         "nn.ConvTranspose2d(4, 6, 4, stride=2, padding=1)", "torch.relu(self.conv(x)) * self.scale + 0.5",
@@ -99,7 +99,8 @@ GPU_ONLY = {
         "torch.relu(self.conv(x)) * self.scale", "[torch.randn(1, 32, 8, 8, 8)]",
     ),
     "convT2d-64-128-k4-s2": (
-        "nn.ConvTranspose2d(64, 128, 4, stride=2, padding=1)", "self.conv(x) + 0.5", "[torch.randn(1, 64, 16, 16)]",
+        "nn.ConvTranspose2d(64, 128, 4, stride=2, padding=1)", "self.conv(x) + 0.5",
+        "[torch.randn(1, 64, 16, 16)]",
     ),
 }  # fmt: skip
 

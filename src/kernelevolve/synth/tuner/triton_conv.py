@@ -19,7 +19,7 @@ keeps only the input positions i where i * stride - pad + k * dilation lands on 
 (a stride of s masks all but 1 in s^dims of them: correct, not fast). Where the stride is above 1
 and the dilation 1, `triton_conv_phased` (template `triton-conv-phased`, drafted after this one) runs
 one GEMM per output phase over only the taps that reach it; it shares this module's pieces (`Conv`,
-`swizzle`, `epilogue`, `forward_head`, `launch`, `parts`).
+`swizzle`, `load_a`, `epilogue`, `forward_head`, `launch`, `parts`).
 
 Not here: a direct (non-GEMM) depthwise kernel (a depthwise convolution runs
 as GEMMs one channel wide, correct but far from the bandwidth a direct kernel reaches), channels-last
@@ -102,15 +102,14 @@ def conv_of(graph: OpGraph, precision: str) -> Conv:
         if t.layout not in ("full", "chan", "scalar"):
             raise CodegenError(f"a {t.layout} tensor ({t.name}) in a convolution's epilogue")
     native = x.dtype == w.dtype and x.dtype in HALF_DTYPES
-    return Conv(
-        graph, ci, Names(graph), x, w, by_name[ci.bias] if ci.bias else None, epilogue,
-        [op for op in graph.ops if op.out in live], precision, native, ["native"] if native else DOT_CHOICES[precision],
-    )  # fmt: skip
+    dots = ["native"] if native else DOT_CHOICES[precision]
+    bias = by_name[ci.bias] if ci.bias else None
+    ops = [op for op in graph.ops if op.out in live]
+    return Conv(graph, ci, Names(graph), x, w, bias, epilogue, ops, precision, native, dots)
 
 
 def build(graph: OpGraph, precision: str) -> Parts:
     c = conv_of(graph, precision)
-    x_ptr, w_ptr = c.ptrs[:2]
     body = [
         *swizzle(),
         "m_ok = rm < M",
@@ -133,9 +132,8 @@ def build(graph: OpGraph, precision: str) -> Parts:
         "    kh = (r // KW) % KH",
         "    kw = r % KW",
         *(_transposed_gather() if c.ci.transposed else _gather()),
-        f"    a_ptrs = {x_ptr} + x_row[:, None] + cin[None, :].to(tl.int64) * sx_c + idd * sx_d + ihh * sx_h + iww * sx_w",
-        f"    a = tl.load(a_ptrs, mask=inside & k_ok[None, :], other=0.0){c.cast(c.x)}",
-        f"    b = tl.load({w_ptr} + {_weight_offset(c.ci)}, mask=k_ok[:, None], other=0.0){c.cast(c.w)}",
+        *load_a(c),
+        f"    b = tl.load({c.ptrs[1]} + {_weight_offset(c.ci)}, mask=k_ok[:, None], other=0.0){c.cast(c.w)}",
         *dot_lines(),
         *epilogue(c),
     ]
@@ -175,6 +173,16 @@ def swizzle() -> list[str]:
         "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
         "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
         "rk = tl.arange(0, BLOCK_K)",
+    ]
+
+
+def load_a(c: Conv) -> list[str]:
+    """The K loop's input slab `a` [BLOCK_M, BLOCK_K]: x at (n_img, g * CIN_G + cin, idd, ihh, iww),
+    zero where not `inside` the input or past K (`k_ok`)."""
+    offset = "x_row[:, None] + cin[None, :].to(tl.int64) * sx_c + idd * sx_d + ihh * sx_h + iww * sx_w"
+    return [
+        f"    a_ptrs = {c.ptrs[0]} + {offset}",
+        f"    a = tl.load(a_ptrs, mask=inside & k_ok[None, :], other=0.0){c.cast(c.x)}",
     ]
 
 
@@ -346,6 +354,7 @@ __all__ = [
     "forward_head",
     "kernel_params",
     "launch",
+    "load_a",
     "parts",
     "swizzle",
 ]

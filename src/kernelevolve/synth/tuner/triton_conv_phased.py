@@ -33,6 +33,7 @@ from kernelevolve.synth.tuner.triton_conv import (
     forward_head,
     kernel_params,
     launch,
+    load_a,
     parts,
     swizzle,
 )
@@ -58,7 +59,6 @@ def build(graph: OpGraph, precision: str) -> Parts:
         raise CodegenError(
             "triton-conv-phased takes a transposed convolution with a stride > 1 and dilation 1"
         )
-    x_ptr, w_ptr = c.ptrs[:2]
     body = [
         *swizzle(),
         "phase = tl.program_id(2)",
@@ -104,11 +104,10 @@ def build(graph: OpGraph, precision: str) -> Parts:
         "    ihh = (base_h + qh)[:, None] - jh[None, :]",
         "    iww = (base_w + qw)[:, None] - jw[None, :]",
         "    inside = (idd >= 0) & (idd < D) & (ihh >= 0) & (ihh < H) & (iww >= 0) & (iww < W)",
-        f"    a_ptrs = {x_ptr} + x_row[:, None] + cin[None, :].to(tl.int64) * sx_c + idd * sx_d + ihh * sx_h + iww * sx_w",
-        f"    a = tl.load(a_ptrs, mask=inside & k_ok[None, :], other=0.0){c.cast(c.x)}",
+        *load_a(c),
         "    w_off = ((g * CIN_G + cin[:, None]).to(tl.int64) * COUT_G + bn[None, :]) * (KD * KH * KW)",
         "    w_off += ((kd * KH + kh) * KW + kw)[:, None]",
-        f"    b = tl.load({w_ptr} + w_off, mask=k_ok[:, None], other=0.0){c.cast(c.w)}",
+        f"    b = tl.load({c.ptrs[1]} + w_off, mask=k_ok[:, None], other=0.0){c.cast(c.w)}",
         *dot_lines(),
         *epilogue(c),
     ]
