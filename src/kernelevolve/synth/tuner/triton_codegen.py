@@ -20,8 +20,11 @@ Templates per pattern (`variants(graph)` lists them, the first is the default):
 - gemm: `triton-gemm` (tiled, GROUP_M swizzle, batched through the grid's second axis, bias and
   epilogue fused before the store), see `triton_gemm.py`;
 - conv: `triton-conv` (1-, 2- and 3-d convolutions as an implicit GEMM, groups through the grid's
-  second axis, bias and epilogue fused), see `triton_conv.py`; a depthwise one (one input channel
-  per group) first gets `triton-conv-depthwise` (a direct stencil kernel), see `triton_depthwise.py`.
+  second axis, bias and epilogue fused), see `triton_conv.py`; for a transposed one with a stride > 1
+  and dilation 1, `triton-conv-phased` (one GEMM per output phase over only the taps that reach it,
+  the phases on the grid's third axis), see `triton_conv_phased.py`; a depthwise one (one input
+  channel per group) first gets `triton-conv-depthwise` (a direct stencil kernel), see
+  `triton_depthwise.py`.
 - pool: `triton-pool` (1-, 2- and 3-d max and average pooling, the window unrolled, epilogue fused),
   see `triton_pool.py`.
 - pipeline: each stage's templates composed into one file (`triton-conv+triton-pool`: stage by stage,
@@ -51,6 +54,7 @@ from typing import Any
 from kernelevolve.synth.tuner import (
     triton_arg,
     triton_conv,
+    triton_conv_phased,
     triton_depthwise,
     triton_gemm,
     triton_pool,
@@ -244,6 +248,7 @@ TEMPLATES: dict[str, tuple[str, Builder, Callable[[OpGraph], bool]]] = {
     "triton-gemm": ("gemm", triton_gemm.build, _always),
     "triton-conv-depthwise": ("conv", triton_depthwise.build, triton_depthwise.applies),
     "triton-conv": ("conv", triton_conv.build, _always),
+    "triton-conv-phased": ("conv", triton_conv_phased.build, triton_conv_phased.applies),
     "triton-pool": ("pool", triton_pool.build, _always),
     "triton-scalar": ("scalar", lambda g, p: triton_scalar.build(g, p, looped=False), _always),
     "triton-scalar-looped": ("scalar", lambda g, p: triton_scalar.build(g, p, looped=True), _always),

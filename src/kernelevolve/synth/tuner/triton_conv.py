@@ -16,7 +16,10 @@ Precision (`DOT`), as `triton_gemm`: strict_fp32 -> "ieee" by default, "tf32x3" 
 
 A transposed convolution is the same GEMM over (input channel, kernel position) with a gather that
 keeps only the input positions i where i * stride - pad + k * dilation lands on the output position
-(a stride of s masks all but 1 in s^dims of them: correct, not fast).
+(a stride of s masks all but 1 in s^dims of them: correct, not fast). Where the stride is above 1
+and the dilation 1, `triton_conv_phased` (template `triton-conv-phased`, drafted after this one) runs
+one GEMM per output phase over only the taps that reach it; it shares this module's pieces (`Conv`,
+`swizzle`, `load_a`, `epilogue`, `forward_head`, `launch`, `parts`).
 
 Not here: a direct (non-GEMM) depthwise kernel (`triton_depthwise`: here a depthwise convolution runs
 as GEMMs one channel wide, correct but far from the bandwidth a direct kernel reaches), channels-last
@@ -25,7 +28,9 @@ layouts, split-K.
 
 from __future__ import annotations
 
-from kernelevolve.synth.tuner.ir import ConvInfo, OpGraph, TensorArg
+from dataclasses import dataclass
+
+from kernelevolve.synth.tuner.ir import ConvInfo, Op, OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_common import (
     DOT_CHOICES,
     HALF_DTYPES,
@@ -52,48 +57,61 @@ from kernelevolve.synth.tuner.triton_gemm import gemm_drafts
 _GEOMETRY = ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW")
 
 
-def build(graph: OpGraph, precision: str) -> Parts:
+@dataclass(frozen=True)
+class Conv:
+    """What both convolution templates (this one and `triton_conv_phased`) read of a conv graph:
+    its tensors by role, the live epilogue, and the dot precisions offered."""
+
+    graph: OpGraph
+    ci: ConvInfo
+    names: Names
+    x: TensorArg
+    w: TensorArg
+    bias: TensorArg | None
+    epilogue: list[TensorArg]
+    ops: list[Op]
+    precision: str
+    native: bool
+    dots: list[str]
+
+    @property
+    def ptrs(self) -> list[str]:
+        """The kernel's pointer parameters: x, w, the bias, the epilogue's tensors, the outputs."""
+        ptrs = [self.names.ptr(t.name) for t in (self.x, self.w, *([self.bias] if self.bias else []))]
+        ptrs += [self.names.ptr(t.name) for t in self.epilogue]
+        return ptrs + [f"out{i}_ptr" for i in range(len(self.graph.outputs))]
+
+    def cast(self, t: TensorArg) -> str:
+        """The suffix that brings a loaded operand to the dot's type (none for fp32 or native)."""
+        return "" if self.native or t.dtype == "float32" else ".to(tl.float32)"
+
+
+def conv_of(graph: OpGraph, precision: str) -> Conv:
     check_graph(graph, "conv")
     ci = graph.conv
     if ci is None:
         raise CodegenError("a conv graph without its ConvInfo")
-    names = Names(graph)
     by_name = {t.name: t for t in graph.tensors}
     for role, name in (("x", ci.x), ("w", ci.w), ("bias", ci.bias)):
         if name is not None and name not in by_name:
             raise CodegenError(f"conv {role} {name!r} is not one of the graph's tensors")
     x, w = by_name[ci.x], by_name[ci.w]
-    bias = by_name[ci.bias] if ci.bias else None
     live = needed(graph, graph.outputs)
     epilogue = [t for t in graph.tensors if t.name in live and t.name not in (ci.x, ci.w, ci.bias)]
     for t in epilogue:
         if t.layout not in ("full", "chan", "scalar"):
             raise CodegenError(f"a {t.layout} tensor ({t.name}) in a convolution's epilogue")
-    ops = [op for op in graph.ops if op.out in live]
     native = x.dtype == w.dtype and x.dtype in HALF_DTYPES
     dots = ["native"] if native else DOT_CHOICES[precision]
+    bias = by_name[ci.bias] if ci.bias else None
+    ops = [op for op in graph.ops if op.out in live]
+    return Conv(graph, ci, Names(graph), x, w, bias, epilogue, ops, precision, native, dots)
 
-    ptrs = [names.ptr(x.name), names.ptr(w.name)] + ([names.ptr(bias.name)] if bias else [])
-    ptrs += [names.ptr(t.name) for t in epilogue] + [f"out{i}_ptr" for i in range(len(graph.outputs))]
-    params = [*ptrs, "M", "COUT", "COUT_G", "CIN_G", "K", "D", "H", "W", "OD", "OH", "OW",
-              "sx_n", "sx_c", "sx_d", "sx_h", "sx_w"]  # fmt: skip
-    params += [f"{k}: tl.constexpr" for k in _GEOMETRY]
-    params += [f"{k}: tl.constexpr" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "K_TILES", "DOT")]
-    cast_x = "" if native or x.dtype == "float32" else ".to(tl.float32)"
-    cast_w = "" if native or w.dtype == "float32" else ".to(tl.float32)"
+
+def build(graph: OpGraph, precision: str) -> Parts:
+    c = conv_of(graph, precision)
     body = [
-        "pid = tl.program_id(0)",
-        "g = tl.program_id(1)",
-        "num_pid_m = tl.cdiv(M, BLOCK_M)",
-        "num_pid_n = tl.cdiv(COUT_G, BLOCK_N)",
-        "num_pid_in_group = GROUP_M * num_pid_n",
-        "first_pid_m = (pid // num_pid_in_group) * GROUP_M",
-        "group_size_m = min(num_pid_m - first_pid_m, GROUP_M)",
-        "pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
-        "pid_n = (pid % num_pid_in_group) // group_size_m",
-        "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-        "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-        "rk = tl.arange(0, BLOCK_K)",
+        *swizzle(),
         "m_ok = rm < M",
         "P = OD * OH * OW",
         "am = rm % M  # past the edge: wrap (the loads stay in bounds, the store is masked)",
@@ -113,34 +131,90 @@ def build(graph: OpGraph, precision: str) -> Parts:
         "    kd = r // (KH * KW)",
         "    kh = (r // KW) % KH",
         "    kw = r % KW",
-        *(_transposed_gather() if ci.transposed else _gather()),
-        f"    a_ptrs = {ptrs[0]} + x_row[:, None] + cin[None, :].to(tl.int64) * sx_c + idd * sx_d + ihh * sx_h + iww * sx_w",
-        f"    a = tl.load(a_ptrs, mask=inside & k_ok[None, :], other=0.0){cast_x}",
-        f"    b = tl.load({ptrs[1]} + {_weight_offset(ci)}, mask=k_ok[:, None], other=0.0){cast_w}",
+        *(_transposed_gather() if c.ci.transposed else _gather()),
+        *load_a(c),
+        f"    b = tl.load({c.ptrs[1]} + {_weight_offset(c.ci)}, mask=k_ok[:, None], other=0.0){c.cast(c.w)}",
         *dot_lines(),
+        *epilogue(c),
+    ]
+    kernel = jit_function("_conv_kernel", kernel_params(c, [], _GEOMETRY), body)
+    fwd = [
+        *forward_head(c),
+        "_M = _n * _OD * _OH * _OW",
+        "_K = _cin_g * _KD * _KH * _KW",
+        *launch(c, "_conv_kernel", "", "", "DD=_dilation[0], DH=_dilation[1], DW=_dilation[2]"),
+    ]
+    return parts(c, kernel, fwd)
+
+
+def kernel_params(c: Conv, extra: list[str], geometry: tuple[str, ...]) -> list[str]:
+    """The pointers, the run-time sizes (then `extra`), and the constexprs: `geometry`, the tile."""
+    params = [*c.ptrs, "M", "COUT", "COUT_G", "CIN_G", "K", "D", "H", "W", "OD", "OH", "OW",
+              "sx_n", "sx_c", "sx_d", "sx_h", "sx_w", *extra]  # fmt: skip
+    params += [f"{k}: tl.constexpr" for k in geometry]
+    return params + [
+        f"{k}: tl.constexpr" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "K_TILES", "DOT")
+    ]
+
+
+def swizzle() -> list[str]:
+    """The program's tile: GROUP_M rows of tiles swizzled over the grid's first axis (cdiv(M, BLOCK_M)
+    x cdiv(COUT_G, BLOCK_N) programs), the group g on its second; rows rm, columns rn, inner rk."""
+    return [
+        "pid = tl.program_id(0)",
+        "g = tl.program_id(1)",
+        "num_pid_m = tl.cdiv(M, BLOCK_M)",
+        "num_pid_n = tl.cdiv(COUT_G, BLOCK_N)",
+        "num_pid_in_group = GROUP_M * num_pid_n",
+        "first_pid_m = (pid // num_pid_in_group) * GROUP_M",
+        "group_size_m = min(num_pid_m - first_pid_m, GROUP_M)",
+        "pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
+        "pid_n = (pid % num_pid_in_group) // group_size_m",
+        "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        "rk = tl.arange(0, BLOCK_K)",
+    ]
+
+
+def load_a(c: Conv) -> list[str]:
+    """The K loop's input slab `a` [BLOCK_M, BLOCK_K]: x at (n_img, g * CIN_G + cin, idd, ihh, iww),
+    zero where not `inside` the input or past K (`k_ok`)."""
+    offset = "x_row[:, None] + cin[None, :].to(tl.int64) * sx_c + idd * sx_d + ihh * sx_h + iww * sx_w"
+    return [
+        f"    a_ptrs = {c.ptrs[0]} + {offset}",
+        f"    a = tl.load(a_ptrs, mask=inside & k_ok[None, :], other=0.0){c.cast(c.x)}",
+    ]
+
+
+def epilogue(c: Conv) -> list[str]:
+    """Bias, epilogue and stores on the accumulator, given the rows' image `n_img`, their output
+    position `p` in [0, P = OD * OH * OW) and `m_ok`; the output is N, C, D, H, W contiguous."""
+    names = c.names
+    lines = [
         "c2 = (g * COUT_G + rn)[None, :]",
         "n_ok = (rn < COUT_G)[None, :]",
         "mask = m_ok[:, None] & n_ok",
         "off = n_img[:, None].to(tl.int64) * COUT * P + c2.to(tl.int64) * P + p[:, None]",
     ]
     acc = names.var("acc")
-    if bias:
-        body.append(
-            f"{acc} = acc + tl.load({names.ptr(bias.name)} + c2, mask=n_ok, other=0.0).to(tl.float32)"
+    if c.bias:
+        lines.append(
+            f"{acc} = acc + tl.load({names.ptr(c.bias.name)} + c2, mask=n_ok, other=0.0).to(tl.float32)"
         )
     else:
-        body.append(f"{acc} = acc")
+        lines.append(f"{acc} = acc")
     offsets, masks = {"full": "off", "chan": "c2"}, {"full": "mask", "chan": "n_ok"}
-    body += [load(t, names, offsets, masks) for t in epilogue]
-    body += [f"{names.var(op.out)} = {op_expr(op, names)}" for op in ops]
-    for i, out in enumerate(graph.outputs):
-        body.append(store(i, names.var(out), graph.layout_of(out), "off", "mask", "[BLOCK_M, BLOCK_N]"))
-    kernel = jit_function("_conv_kernel", params, body)
+    lines += [load(t, names, offsets, masks) for t in c.epilogue]
+    lines += [f"{names.var(op.out)} = {op_expr(op, names)}" for op in c.ops]
+    for i, out in enumerate(c.graph.outputs):
+        lines.append(store(i, names.var(out), c.graph.layout_of(out), "off", "mask", "[BLOCK_M, BLOCK_N]"))
+    return lines
 
-    fwd = _forward(graph, ci, names, x, w, bias, epilogue)
-    tunables, defaults = _knobs(graph, dots, native)
-    drafts = gemm_drafts(tunables, defaults, precision, native)
-    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops), ("BLOCK_M", "BLOCK_N"), drafts)
+
+def parts(c: Conv, kernel: str, forward: list[str]) -> Parts:
+    tunables, defaults = _knobs(c.graph, c.dots, c.native)
+    drafts = gemm_drafts(tunables, defaults, c.precision, c.native)
+    return Parts([kernel], forward, tunables, defaults, helpers_for(c.ops), ("BLOCK_M", "BLOCK_N"), drafts)
 
 
 def _gather() -> list[str]:
@@ -178,21 +252,16 @@ def _weight_offset(ci: ConvInfo) -> str:
     return "(g * COUT_G + bn[None, :]).to(tl.int64) * K + k[:, None]"
 
 
-def _forward(
-    graph: OpGraph,
-    ci: ConvInfo,
-    names: Names,
-    x: TensorArg,
-    w: TensorArg,
-    bias: TensorArg | None,
-    epilogue: list[TensorArg],
-) -> list[str]:
-    args = forward_args(graph)
-    lx, lw = names.local(x.name), names.local(w.name)
-    lines = [f"{lx} = {source_expr(x, args)}.contiguous()", f"{lw} = {source_expr(w, args)}.contiguous()"]
+def forward_head(c: Conv) -> list[str]:
+    """The forward up to the launch: the operands contiguous, x viewed [N, C, D, H, W], the output's
+    size (`_OD`, `_OH`, `_OW`) and allocation, `_cout_g` and `_cin_g`; the template adds `_M`, `_K`."""
+    ci, names = c.ci, c.names
+    args = forward_args(c.graph)
+    lx, lw = names.local(c.x.name), names.local(c.w.name)
+    lines = [f"{lx} = {source_expr(c.x, args)}.contiguous()", f"{lw} = {source_expr(c.w, args)}.contiguous()"]
     lines += [
         f"{names.local(t.name)} = {source_expr(t, args)}.contiguous()"
-        for t in [*([bias] if bias else []), *epilogue]
+        for t in [*([c.bias] if c.bias else []), *c.epilogue]
     ]
     pad = 3 - ci.dims  # leading unit spatial dims: a 1-d or 2-d convolution as a 3-d one
     ones = "(1,) * " + str(pad) + " + " if pad else ""
@@ -220,27 +289,33 @@ def _forward(
         ),
         f"_shape = (_n, _cout, *(_OD, _OH, _OW)[{pad}:])",
         f"_device = {lx}.device",
-        *allocate(graph, "_shape"),
+        *allocate(c.graph, "_shape"),
         "if _out0.numel() == 0:",
-        f"    return {outputs_tuple(graph)}",
-        "_M, _cout_g, _cin_g = _n * _OD * _OH * _OW, _cout // _groups, _cin // _groups",
-        "_K = _cin_g * _KD * _KH * _KW",
+        f"    return {outputs_tuple(c.graph)}",
+        "_cout_g, _cin_g = _cout // _groups, _cin // _groups",
     ]
-    launch = ["_x", lw] + [names.local(t.name) for t in [*([bias] if bias else []), *epilogue]]
-    launch += [f"_out{i}" for i in range(len(graph.outputs))]
-    lines += [
+    return lines
+
+
+def launch(c: Conv, kernel: str, grid_extra: str, args_extra: str, geometry_extra: str) -> list[str]:
+    """The launch of `kernel` on (cdiv(_M, BLOCK_M) * cdiv(_cout_g, BLOCK_N), _groups`grid_extra`), its
+    arguments as `kernel_params` lists them (`args_extra` after x's strides, the geometry's
+    constexprs KD..PW then `geometry_extra`), and the return."""
+    launched = ["_x", c.names.local(c.w.name)]
+    launched += [c.names.local(t.name) for t in [*([c.bias] if c.bias else []), *c.epilogue]]
+    launched += [f"_out{i}" for i in range(len(c.graph.outputs))]
+    return [
         '_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]',
-        "_conv_kernel[(triton.cdiv(_M, _bm) * triton.cdiv(_cout_g, _bn), _groups)](",
-        f"    {', '.join(launch)},",
-        "    _M, _cout, _cout_g, _cin_g, _K, _D, _H, _W, _OD, _OH, _OW, *_x.stride(),",
+        f"{kernel}[(triton.cdiv(_M, _bm) * triton.cdiv(_cout_g, _bn), _groups{grid_extra})](",
+        f"    {', '.join(launched)},",
+        f"    _M, _cout, _cout_g, _cin_g, _K, _D, _H, _W, _OD, _OH, _OW, *_x.stride(),{args_extra}",
         "    KD=_KD, KH=_KH, KW=_KW, SD=_stride[0], SH=_stride[1], SW=_stride[2],",
-        "    PD=_padding[0], PH=_padding[1], PW=_padding[2], DD=_dilation[0], DH=_dilation[1], DW=_dilation[2],",
+        f"    PD=_padding[0], PH=_padding[1], PW=_padding[2], {geometry_extra},",
         '    BLOCK_M=_bm, BLOCK_N=_bn, BLOCK_K=_bk, GROUP_M=CONFIG["GROUP_M"], K_TILES=triton.cdiv(_K, _bk),',
         '    DOT=CONFIG["DOT"], num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],',
         ")",
-        f"return {outputs_tuple(graph)}",
+        f"return {outputs_tuple(c.graph)}",
     ]
-    return lines
 
 
 def _knobs(
@@ -271,4 +346,15 @@ def _knobs(
     return tunables, defaults
 
 
-__all__ = ["build"]
+__all__ = [
+    "Conv",
+    "build",
+    "conv_of",
+    "epilogue",
+    "forward_head",
+    "kernel_params",
+    "launch",
+    "load_a",
+    "parts",
+    "swizzle",
+]
