@@ -304,3 +304,17 @@ def test_generated_convolutions_on_cuda_at_larger_sizes(dot: str, tmp_path: Path
                 got = new(*inputs)
             rel = ((got.double() - want).norm() / want.norm()).item()
             assert got.shape == want.shape and rel < 5e-6, (name, template, dot, rel)
+
+
+def test_the_tuner_drafts_every_templates_first_preset_before_any_second(tmp_path: Path) -> None:
+    """A strided transposed convolution has two templates (masked, phased), each with presets: a draft
+    phase of four nodes gets both defaults, then both templates' 3xTF32 preset."""
+    from kernelevolve.synth.tuner.templates import bases_for
+
+    path = _spec(tmp_path, "convT1d-output-padding")
+    bases, why = bases_for(load_spec(path), "cuda", ("triton",))
+    assert not why
+    first = [(b.label, b.config.get("DOT")) for b in bases[:4]]
+    assert first == [("triton-conv", "ieee"), ("triton-conv-phased", "ieee"),
+                     ("triton-conv", "tf32x3"), ("triton-conv-phased", "tf32x3")], first  # fmt: skip
+    assert len(bases) == 2 + 2 * 3

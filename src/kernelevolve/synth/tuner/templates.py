@@ -8,7 +8,8 @@ declared tunables.
   lazily) writes each template. Cached per spec fingerprint: tracing takes a second, and several
   tuners may serve one run;
 - the templates' presets (`Generated.drafts`: a GEMM's or convolution's known-good tiles and the
-  precision's fast dot), each a base of its own, after every template's default;
+  precision's fast dot), each a base of its own, after every template's default, in turns (every
+  template's first preset, then every second one);
 - the knowledge base's code samples that compute the same reference in the platform's kernel kind
   (`knowledge/samples.py`): hand-written kernels with declared tunables, what the tuner has to work
   with where no template covers the reference (gathers, jagged ops, several GEMMs);
@@ -126,7 +127,10 @@ def bases_for(
     tuner's own)."""
     generated, why = templates_for(spec, platform, kinds) if templates else ([], "")
     bases = [Base(t.template, t.source, dict(t.tunables), dict(t.config), "template") for t in generated]
-    bases += [d for t in generated for d in _draft_bases(t)]
+    # the templates' presets in turns, each template's first before any second: a draft phase of a few
+    # nodes tries the fast dot of every template (a transposed convolution's masked and phased ones)
+    presets = [_draft_bases(t) for t in generated]
+    bases += [ps[i] for i in range(max(map(len, presets), default=0)) for ps in presets if i < len(ps)]
     if templates:
         samples = _sample_bases(spec, platform, kinds)
         if samples:
