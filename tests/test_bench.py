@@ -367,6 +367,29 @@ def test_bench_reruns_a_spec_whose_samples_changed(
         assert len(w.runs()) == runs_before + 1
 
 
+def test_a_bench_all_done_starts_no_fork_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fork server (torch's imports, seconds of CPU) is started early for the runs a bench has to
+    make, not for a bench whose every spec is done and measured."""
+    suite, ws = tmp_path / "suite", tmp_path / "ws"
+    suite.mkdir()
+    ws.mkdir()
+    shutil.copy(SPECS / "ew_chain.py", suite / "1_ew_chain.py")
+    (ws / "config.toml").write_text(
+        'baselines = ["eager"]\nfitness_baseline = "eager"\ntiming_budget_s = 0.1\nmin_trials = 5\n'
+        "max_trials = 20\nworkers = 1\nskills_verify = 0\nsuspicious_speedup = 1000.0\n"
+    )
+    args = ["bench", str(suite), "--budget", "1", "--platform", "cpu", "--workspace", str(ws), "--json"]
+    started: list[int] = []
+    real = runner.prestart
+    monkeypatch.setattr(runner, "prestart", lambda *a, **kw: (started.append(1), real(*a, **kw)))
+    first = _invoke(args)
+    assert first.exit_code == 0, first.output
+    assert started == [1]
+    again = _invoke(args)
+    assert again.exit_code == 0, again.output
+    assert "done earlier" in again.stderr and started == [1]
+
+
 def test_redo_runs_a_done_spec_again_in_a_new_run(bench_run: dict[str, Any]) -> None:
     ws, args = bench_run["ws"], bench_run["args"]
     assert _invoke([*args, "--json"]).exit_code == 0  # whatever the earlier tests left, now all done
