@@ -21,7 +21,7 @@ from kernelevolve.evaluate.guards import check_source
 from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import CodegenError, generate, variants
-from tests.tuner_interp import interpret
+from tests.tuner_interp import interpret, on_cuda
 
 HEADER = "import torch\nimport torch.nn as nn\n\n"
 SMALL = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 2, "num_stages": 1}
@@ -278,10 +278,6 @@ def test_the_register_tile_is_declared_and_its_defaults_fit(
 def test_generated_convolutions_on_cuda_at_larger_sizes(dot: str, tmp_path: Path) -> None:
     """Compiled on a GPU, each reference's kernels (every variant that applies) at sizes with many
     tiles, and KernelBench-sized strided transposed convolutions, against float64."""
-    import importlib.util
-
-    import torch
-
     for name in [*REFERENCES, *PHASED, *GPU_ONLY]:
         path = _spec(tmp_path, name)
         graph, why = recognize(load_spec(path))
@@ -289,19 +285,7 @@ def test_generated_convolutions_on_cuda_at_larger_sizes(dot: str, tmp_path: Path
         for template in [v for v in variants(graph) if v != "triton-conv-depthwise"]:
             cand = tmp_path / f"{path.stem}_{template.replace('-', '_')}.py"
             cand.write_text(generate(graph, config={"DOT": dot}, template=template).source)
-            mods = []
-            for file, module_name in ((path, f"{path.stem}_ref"), (cand, cand.stem)):
-                spec = importlib.util.spec_from_file_location(module_name, file)
-                assert spec is not None and spec.loader is not None
-                mods.append(importlib.util.module_from_spec(spec))
-                spec.loader.exec_module(mods[-1])
-            ref, new = mods[0].Model().cuda().double(), mods[1].ModelNew().cuda()
-            new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
-            torch.manual_seed(0)
-            inputs = [x.repeat(8, 1, *([1] * (x.dim() - 2))).cuda() for x in mods[0].get_inputs()]
-            with torch.no_grad():
-                want = ref(*[x.double() for x in inputs])
-                got = new(*inputs)
+            got, want = on_cuda(path, cand, repeat=8)
             rel = ((got.double() - want).norm() / want.norm()).item()
             assert got.shape == want.shape and rel < 5e-6, (name, template, dot, rel)
 

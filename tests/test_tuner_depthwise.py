@@ -19,7 +19,7 @@ from kernelevolve.evaluate.guards import check_source
 from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
-from tests.tuner_interp import interpret
+from tests.tuner_interp import interpret, on_cuda
 
 HEADER = "import torch\nimport torch.nn as nn\n\n"
 SMALL = {"BLOCK": 64, "num_warps": 1}
@@ -131,28 +131,12 @@ def test_grouped_and_transposed_convolutions_keep_the_implicit_gemm(tmp_path: Pa
 @pytest.mark.gpu
 def test_the_direct_depthwise_kernel_on_cuda_at_larger_sizes(tmp_path: Path) -> None:
     """Compiled on a GPU, each reference's direct kernel at sizes with many blocks, against float64."""
-    import importlib.util
-
-    import torch
-
     for name in REFERENCES:
         path = _spec(tmp_path, name)
         graph, why = recognize(load_spec(path))
         assert graph is not None, why
         cand = tmp_path / f"{path.stem}_gen.py"
         cand.write_text(generate(graph).source)
-        mods = []
-        for file, module_name in ((path, f"{path.stem}_ref"), (cand, f"{path.stem}_gen")):
-            spec = importlib.util.spec_from_file_location(module_name, file)
-            assert spec is not None and spec.loader is not None
-            mods.append(importlib.util.module_from_spec(spec))
-            spec.loader.exec_module(mods[-1])
-        ref, new = mods[0].Model().cuda().double(), mods[1].ModelNew().cuda()
-        new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
-        torch.manual_seed(0)
-        inputs = [x.repeat(16, 1, *([1] * (x.dim() - 2))).cuda() for x in mods[0].get_inputs()]
-        with torch.no_grad():
-            want = ref(*[x.double() for x in inputs])
-            got = new(*inputs)
+        got, want = on_cuda(path, cand, repeat=16)
         rel = ((got.double() - want).norm() / want.norm()).item()
         assert got.shape == want.shape and rel < 5e-6, (name, rel)

@@ -20,7 +20,7 @@ from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner import c_codegen
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
-from tests.tuner_interp import interpret
+from tests.tuner_interp import interpret, on_cuda
 
 HEADER = "import torch\nimport torch.nn as nn\n\n"
 SMALL = {"BLOCK": 64, "num_warps": 1}
@@ -162,8 +162,6 @@ def test_the_cpu_templates_say_they_do_not_generate_poolings(tmp_path: Path) -> 
 @pytest.mark.gpu
 def test_generated_poolings_on_cuda_at_larger_sizes(tmp_path: Path) -> None:
     """Compiled on a GPU, each reference's kernel at sizes with many blocks, against float64."""
-    import importlib.util
-
     import torch
 
     for name, case in REFERENCES.items():
@@ -172,17 +170,5 @@ def test_generated_poolings_on_cuda_at_larger_sizes(tmp_path: Path) -> None:
         assert graph is not None, why
         cand = tmp_path / f"{path.stem}_gen.py"
         cand.write_text(generate(graph).source)
-        mods = []
-        for file, module_name in ((path, f"{path.stem}_ref"), (cand, f"{path.stem}_gen")):
-            spec = importlib.util.spec_from_file_location(module_name, file)
-            assert spec is not None and spec.loader is not None
-            mods.append(importlib.util.module_from_spec(spec))
-            spec.loader.exec_module(mods[-1])
-        ref, new = mods[0].Model().cuda().double(), mods[1].ModelNew().cuda()
-        new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
-        torch.manual_seed(0)
-        inputs = [x.repeat(16, 1, *([1] * (x.dim() - 2))).cuda() for x in mods[0].get_inputs()]
-        with torch.no_grad():
-            want = ref(*[x.double() for x in inputs])
-            got = new(*inputs)
+        got, want = on_cuda(path, cand, repeat=16)
         torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-6, equal_nan=True, msg=name)

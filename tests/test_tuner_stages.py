@@ -21,7 +21,7 @@ from kernelevolve.synth.tuner import c_codegen
 from kernelevolve.synth.tuner.ir import OpGraph
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
-from tests.tuner_interp import interpret
+from tests.tuner_interp import interpret, on_cuda
 
 HEADER = "import torch\nimport torch.nn as nn\n\n"
 # Small tiles per stage template (ragged edges at these sizes).
@@ -412,10 +412,6 @@ def test_a_spec_with_two_shapes_gives_one_pipeline_with_each_stage_sized_per_sha
 def test_generated_pipelines_on_cuda_at_larger_sizes(tmp_path: Path) -> None:
     """Compiled on a GPU, each reference's pipeline (every variant) at a batch 8 times larger, against
     float64."""
-    import importlib.util
-
-    import torch
-
     for name, (layers, body, inputs, _) in REFERENCES.items():
         path = _spec(tmp_path, name, layers, body, inputs)
         graph, why = recognize(load_spec(path))
@@ -423,19 +419,7 @@ def test_generated_pipelines_on_cuda_at_larger_sizes(tmp_path: Path) -> None:
         for template in variants(graph):
             cand = tmp_path / f"{path.stem}_{template.replace('+', '_').replace('-', '_')}.py"
             cand.write_text(generate(graph, template=template).source)
-            mods = []
-            for file, module_name in ((path, f"{path.stem}_ref"), (cand, cand.stem)):
-                spec = importlib.util.spec_from_file_location(module_name, file)
-                assert spec is not None and spec.loader is not None
-                mods.append(importlib.util.module_from_spec(spec))
-                spec.loader.exec_module(mods[-1])
-            ref, new = mods[0].Model().cuda().double(), mods[1].ModelNew().cuda()
-            new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
-            torch.manual_seed(0)
-            xs = [x.repeat(8, *([1] * (x.dim() - 1))).cuda() for x in mods[0].get_inputs()]
-            with torch.no_grad():
-                want = ref(*[x.double() for x in xs])
-                got = new(*xs)
+            got, want = on_cuda(path, cand, repeat=8)
             rel = ((got.double() - want).norm() / want.norm()).item()
             assert got.shape == want.shape and rel < 5e-6, (name, template, rel)
 

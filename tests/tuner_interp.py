@@ -1,14 +1,17 @@
 """Running generated tuner candidates against their references under the Triton interpreter, for the
 template tests (`test_tuner_conv.py`, `test_tuner_pool.py`): one subprocess (TRITON_INTERPRET=1, no
-GPU) runs every case and writes "ok" or the failure per case id. `interpret_script` runs any script so."""
+GPU) runs every case and writes "ok" or the failure per case id. `interpret_script` runs any script so.
+`on_cuda` runs a reference and a candidate compiled on a GPU, for the templates' `gpu` tests."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 _RUNNER = r"""
 import importlib.util, json, sys
@@ -72,3 +75,22 @@ def interpret_script(script: str, *args: str) -> str:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
+
+
+def on_cuda(spec: Path, candidate: Path, repeat: int) -> tuple[Any, Any]:
+    """(got, want): the candidate file's ModelNew in float32 and the spec's Model in float64, on CUDA
+    with the reference's weights, on the spec's inputs with their first dim repeated `repeat` times."""
+    import torch
+
+    mods = []
+    for file, name in ((spec, f"{spec.stem}_ref"), (candidate, candidate.stem)):
+        found = importlib.util.spec_from_file_location(name, file)
+        assert found is not None and found.loader is not None
+        mods.append(importlib.util.module_from_spec(found))
+        found.loader.exec_module(mods[-1])
+    ref, new = mods[0].Model().cuda().double(), mods[1].ModelNew().cuda()
+    new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    torch.manual_seed(0)
+    inputs = [x.repeat(repeat, *([1] * (x.dim() - 1))).cuda() for x in mods[0].get_inputs()]
+    with torch.no_grad():
+        return new(*inputs), ref(*[x.double() for x in inputs])
