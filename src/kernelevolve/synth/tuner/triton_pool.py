@@ -94,18 +94,7 @@ def _window(pi: PoolInfo, x_ptr: str) -> list[str]:
     ]
     if counted:
         lines.append("cnt = tl.zeros([BLOCK], tl.float32)")
-    lines += [
-        "for kd in tl.static_range(KD):",
-        "    idd = od * SD - PD + kd * DD",
-        "    ok_d = mask & (idd >= 0) & (idd < D)",
-        "    for kh in tl.static_range(KH):",
-        "        ihh = oh * SH - PH + kh * DH",
-        "        ok_h = ok_d & (ihh >= 0) & (ihh < H)",
-        "        for kw in tl.static_range(KW):",
-        "            iww = ow * SW - PW + kw * DW",
-        "            ok = ok_h & (iww >= 0) & (iww < W)",
-        f"            ptr = {x_ptr} + base + (idd * H + ihh) * W + iww",
-    ]
+    lines += window_taps(x_ptr)
     if maxing:
         lines += [
             "            v = tl.load(ptr, mask=ok, other=float('-inf')).to(tl.float32)",
@@ -118,6 +107,24 @@ def _window(pi: PoolInfo, x_ptr: str) -> list[str]:
     if not maxing:
         lines.append("acc = acc / tl.maximum(cnt, 1.0)" if counted else "acc = acc / DIVISOR")
     return lines
+
+
+def window_taps(x_ptr: str) -> list[str]:
+    """The unrolled visit of a KD x KH x KW window per output (od, oh, ow) under `mask`: at each tap
+    (kd, kh, kw), `ok` (inside the input) and `ptr` (x at base + its position, x [.., D, H, W]
+    contiguous); the caller's lines for a tap follow, indented 12 spaces (`triton_depthwise` too)."""
+    return [
+        "for kd in tl.static_range(KD):",
+        "    idd = od * SD - PD + kd * DD",
+        "    ok_d = mask & (idd >= 0) & (idd < D)",
+        "    for kh in tl.static_range(KH):",
+        "        ihh = oh * SH - PH + kh * DH",
+        "        ok_h = ok_d & (ihh >= 0) & (ihh < H)",
+        "        for kw in tl.static_range(KW):",
+        "            iww = ow * SW - PW + kw * DW",
+        "            ok = ok_h & (iww >= 0) & (iww < W)",
+        f"            ptr = {x_ptr} + base + (idd * H + ihh) * W + iww",
+    ]
 
 
 def _pad3(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
@@ -165,7 +172,12 @@ def _forward(
 
 
 def _knobs(graph: OpGraph) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
-    total = max((graph.rows[s] * graph.cols[s] for s in graph.rows), default=1 << 20)
+    return block_knobs(max((graph.rows[s] * graph.cols[s] for s in graph.rows), default=1 << 20))
+
+
+def block_knobs(total: int) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
+    """A one-output-per-lane stencil's tunables (BLOCK outputs per program, warps) and defaults for
+    `total` outputs (`triton_depthwise` too)."""
     block = pick([128, 256, 512, 1024], pow2_at_least(max(128, total // 4096)))
     tunables: dict[str, list[int | str]] = {
         "BLOCK": [64, 128, 256, 512, 1024, 2048],
@@ -174,4 +186,4 @@ def _knobs(graph: OpGraph) -> tuple[dict[str, list[int | str]], dict[str, int | 
     return tunables, {"BLOCK": block, "num_warps": 4 if block >= 256 else 2}
 
 
-__all__ = ["build"]
+__all__ = ["block_knobs", "build", "window_taps"]
