@@ -93,8 +93,9 @@ def _forked(settings: Any) -> bool:
 def prestart(platform: Any, settings: Any, device_index: int = 0) -> None:
     """Start now the fork server this process's workers on `platform` will be forked from, where
     workers are forked (`forkserver.py`): its imports (torch, Triton, inductor: about 5 s) then overlap
-    the caller's own start-up (a bench staging its specs) rather than delay the first worker. Nothing is started for spawned workers; a server that fails says so to its first
-    worker, which is spawned."""
+    the caller's own start-up (a bench staging its specs) rather than delay the first worker. Nothing
+    is started for spawned workers; a server that fails says so to its first worker, which is
+    spawned."""
     if not _forked(settings):
         return
     workdir = Path(tempfile.mkdtemp(prefix="kernelevolve-prestart-"))
