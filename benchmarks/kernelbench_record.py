@@ -15,7 +15,8 @@ documents' results and summaries as they were. What each column means:
   reason), or `not templated (a warm start only)`: the run's one candidate was an earlier run's kernel
   and the tuner had nothing of its own to try;
 - vs eager / vs compile: what the exported module delivers (the kernel where it beats eager beyond
-  the noise, the reference elsewhere), as `kernelevolve bench` reports it.
+  the noise, the reference elsewhere), as `kernelevolve bench` reports it; a row flagged for review
+  (above 10x over a baseline) shows its figure and counts 1.0 in the summary.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def _fmt(value: float | None, kind: str) -> str:
 def outcome(row: dict[str, Any]) -> str:
     """How a problem ended, in a few words (the row's message says the rest)."""
     if row.get("correct"):
-        return "correct"
+        return "correct, flagged for review" if row.get("flags") else "correct"
     message = str(row.get("message") or "")
     if message.startswith("no candidate"):
         return "not templated"
@@ -112,6 +113,10 @@ def level_section(name: str, doc: dict[str, Any]) -> list[str]:
         lines.append(f"| {Path(path).stem} | not run | - | - | - | - | - | not reached |")
     for e in doc.get("load_errors") or []:
         lines.append(f"| {Path(e['path']).stem} | no: {e['error'][:160]} | - | - | - | - | - | load error |")
+    flagged = [r for r in results if r.get("flags")]
+    if flagged:  # counted 1.0 in the figures above until reviewed (`bench.metrics`)
+        lines += ["", "Flagged for review (counted 1.0 in the figures above):", ""]
+        lines += [f"- {r['name']}: {'; '.join(r['flags'])[:300]}" for r in flagged]
     reasons = [r for r in results if not r.get("correct")]
     if reasons:
         lines += ["", "<details><summary>Each row's reason, where there is no correct kernel</summary>", ""]

@@ -101,6 +101,31 @@ def test_suspicious_candidates_are_counted_and_reported_though_not_ranked() -> N
     assert "- other:" not in text
 
 
+def test_a_row_delivering_above_10x_over_a_baseline_is_flagged_and_not_celebrated() -> None:
+    """Level 1's 57_conv_transposed_2D on an H100: no kernel beat eager (28 ms), the module runs the
+    reference, and torch.compile took 1.86 s: 65.9x "vs compile", real and no kernel's. The document
+    flags such a row (a stored one too) and the figures count it 1.0 until it is reviewed."""
+    from kernelevolve.bench.results import baseline_flags
+
+    shape = {"shape": "default", "dispatch_node": None}
+    slow_compile = {**_r("57_conv", True, 1.0, 65.9), "shapes": [shape], "suspicious": 0}
+    (flag,) = baseline_flags(slow_compile, 10.0)
+    assert flag.startswith("65.9x vs compile delivered, above 10x: the reference runs here")
+    kernel = {**_r("k", True, 12.0, 11.0), "shapes": [{**shape, "dispatch_node": 4}], "suspicious": 0}
+    assert [f.split(":")[0] for f in baseline_flags(kernel, 10.0)] == [
+        "12.0x vs eager delivered, above 10x",
+        "11.0x vs compile delivered, above 10x",
+    ]
+    assert baseline_flags({**kernel, "correct": False}, 10.0) == []
+    assert baseline_flags(RESULTS[0], 10.0) == [] and baseline_flags(slow_compile, 100.0) == []
+    shown = runner._reviewed(None, slow_compile, 10.0)  # type: ignore[arg-type]
+    assert shown["flags"] == [flag] and runner._reviewed(None, shown, 10.0)["flags"] == [flag]  # type: ignore[arg-type]
+    s = metrics.summarize([shown, *RESULTS])
+    assert s["flagged"] == 1 and s["fast_0_vs_compile"] == 0.8  # still correct
+    assert s["geomean_vs_compile"] == pytest.approx((2.0 * 0.5 * 0.8 * 1.0 * 1.0) ** (1 / 5))  # 1.0, not 65.9
+    assert s["fast_2_vs_compile"] == 0.0
+
+
 def test_delivered_speedup_is_shape_weighted_and_never_below_the_reference() -> None:
     summary = {
         "shapes": [{"shape": "s", "weight": 0.5}, {"shape": "l", "weight": 0.5}],

@@ -3,7 +3,7 @@ torch.compile in the same measurement (issue N). On a CPU torch.compile's cumula
 as slow as eager's, and a search that scored against it ranked kernels slower than eager as 2x wins.
 
 The objective itself is shown on verdicts with set times (compile slower than eager: fitness is the
-speedup over eager), and the whole path with a real model's answers replayed through the provider
+speedup over eager; what is implausible, above 10x, is so over the faster baseline too), and the whole path with a real model's answers replayed through the provider
 registry on a cumulative sum: every node's fitness is its speedup over the faster baseline, named in
 its verdict, its prompt and the run's summary, and the summary's best node, shape rows and export
 choice agree.
@@ -71,6 +71,38 @@ def test_without_torch_compile_the_best_baseline_is_eager() -> None:
     assert v.score("best") == "eager (the faster baseline)" and v.fitness == pytest.approx(1.5)
     round_trip = Verdict.from_dict(json.loads(json.dumps(v.to_dict())))
     assert round_trip.shapes[0].best_baseline == "eager" and round_trip.speedup_vs_best == v.speedup_vs_best
+
+
+def _scored(shape: ShapeResult) -> Verdict:
+    """`scoring.score` on a timed verdict, as the worker runs it (no hardware profile: no roofline)."""
+    from types import SimpleNamespace
+
+    from kernelevolve.evaluate.scoring import score
+
+    state = SimpleNamespace(
+        settings=SimpleNamespace(fitness_baseline="best", suspicious_speedup=10.0), baseline_errors={}
+    )
+    v = Verdict(status=Status.OK, correct=True, shapes=[shape])
+    score(v, state, None)  # type: ignore[arg-type]
+    return v
+
+
+def test_a_kernel_as_fast_as_eager_where_compile_is_pathological_is_not_suspicious() -> None:
+    """Level 1's 57_conv_transposed_2D on an H100: torch.compile took 1.86 s where eager took 28 ms.
+    A kernel at 31 ms is 60x faster than compile and 0.9x eager: not implausible, and ranked as what
+    it is (0.9x the faster baseline). Held back as suspicious, as every candidate of that run was,
+    its search could not rank anything."""
+    v = _scored(_shape("default", 1.0, 31_000, 28_000, 1_860_000))
+    assert v.shapes[0].speedup_vs_compile > 50  # type: ignore[operator]
+    assert v.status == Status.OK and not v.flags, v.message
+    assert v.fitness == pytest.approx(28 / 31)
+
+
+def test_above_10x_over_the_faster_baseline_is_suspicious() -> None:
+    v = _scored(_shape("default", 1.0, 10, 150, 120))  # 12x the faster baseline (compile)
+    assert v.status == Status.SUSPICIOUS and v.fitness == 0.0
+    assert v.flags == ["shape default: 12.0x faster than compile, the faster baseline there (above 10x)"]
+    assert _scored(_shape("default", 1.0, 13, 150, 120)).status == Status.OK  # 9.2x: ranked
 
 
 # -- a real model's answers, replayed ------------------------------------------------------------------

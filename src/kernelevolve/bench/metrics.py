@@ -12,7 +12,10 @@ Over the specs a bench attempted (specs that failed to load are reported apart a
 - `geomean` over correct results only: the same over the correct specs alone (None if there are none).
 
 The speedups are the ones each result reports: what the exported per-shape dispatch module delivers
-(see `bench.results`), measured live against eager and torch.compile in the harness.
+(see `bench.results`), measured live against eager and torch.compile in the harness. A flagged result
+(a delivered speedup above `suspicious_speedup`, 10x, over a baseline: `results.baseline_flags`)
+counts 1.0 in every figure above fast_0 and in the geomeans until it is reviewed: flagged, not
+celebrated (level 1's 57_ delivers 66x over a torch.compile that takes 1.86 s where eager takes 28 ms).
 """
 
 from __future__ import annotations
@@ -36,13 +39,19 @@ def speedup(result: dict[str, Any], baseline: str) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) and value > 0 else None
 
 
+def counted(result: dict[str, Any], baseline: str) -> float | None:
+    """The speedup the bench's figures count: 1.0 for a flagged result (it awaits review)."""
+    value = speedup(result, baseline)
+    return 1.0 if value is not None and result.get("flags") else value
+
+
 def fast_p(results: Sequence[dict[str, Any]], p: float, baseline: str) -> float | None:
     """Fraction of results that are correct with a speedup over `baseline` above `p`."""
     if not results:
         return None
     hits = 0
     for r in results:
-        s = speedup(r, baseline)
+        s = counted(r, baseline)
         if r.get("correct") and s is not None and s > p:
             hits += 1
     return hits / len(results)
@@ -59,7 +68,7 @@ def geomean_speedup(results: Sequence[dict[str, Any]], baseline: str, *, correct
     """Geomean speedup over `baseline`: a failure counts 1.0 (fallback), or is left out (`correct_only`)."""
     values: list[float] = []
     for r in results:
-        s = speedup(r, baseline)
+        s = counted(r, baseline)
         if r.get("correct") and s is not None:
             values.append(s)
         elif not correct_only:
@@ -99,4 +108,14 @@ def summarize(results: Sequence[dict[str, Any]], load_errors: int = 0) -> dict[s
     return out
 
 
-__all__ = ["BASELINES", "P_VALUES", "fast_p", "geomean", "geomean_speedup", "p_name", "speedup", "summarize"]
+__all__ = [
+    "BASELINES",
+    "P_VALUES",
+    "counted",
+    "fast_p",
+    "geomean",
+    "geomean_speedup",
+    "p_name",
+    "speedup",
+    "summarize",
+]

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.bench.metrics import summarize
-from kernelevolve.bench.results import held_back, result_row
+from kernelevolve.bench.results import baseline_flags, held_back, result_row
 from kernelevolve.bench.schedule import run_demand, schedule
 from kernelevolve.config import Settings
 from kernelevolve.cost import estimate
@@ -187,7 +187,8 @@ def run_bench(
         resumed = bench_id is not None
         if bench_id is None:
             config = {**options, "search": asdict(search), "limits": asdict(limits), "synth": asdict(synth),
-                      "timing_budget_s": settings.timing_budget_s, "per_device": per_device}  # fmt: skip
+                      "timing_budget_s": settings.timing_budget_s, "per_device": per_device,
+                      "suspicious_speedup": settings.suspicious_speedup}  # fmt: skip
             bench_id = ws.create_bench(key, str(directory.resolve()), config)
         else:  # the most specs per device any invocation of this bench ran
             config = ws.bench(bench_id)["config"]
@@ -434,7 +435,8 @@ def bench_document(ws: Workspace, bench_id: str) -> dict[str, Any]:
     if bench["config"].get("imported"):
         return imported_document(ws, bench["bench_id"])
     items = ws.bench_items(bench["bench_id"])
-    results = [_reviewed(ws, r["result"]) for r in items if r["status"] == "done" and r["result"]]
+    limit = float(bench["config"].get("suspicious_speedup") or Settings().suspicious_speedup)
+    results = [_reviewed(ws, r["result"], limit) for r in items if r["status"] == "done" and r["result"]]
     load_errors = [{"path": r["path"], "error": r["error"]} for r in items if r["status"] == "load_error"]
     pending = [r["path"] for r in items if r["status"] in ("pending", "running")]
     method = next((r["method"] for r in results if r.get("method")), None) or {}
@@ -468,9 +470,11 @@ def bench_document(ws: Workspace, bench_id: str) -> dict[str, Any]:
     }
 
 
-def _reviewed(ws: Workspace, row: dict[str, Any]) -> dict[str, Any]:
-    """A result row stored before rows counted their suspicious candidates gets the count from its
-    run's nodes (a done run's nodes do not change)."""
+def _reviewed(ws: Workspace, row: dict[str, Any], limit: float) -> dict[str, Any]:
+    """A stored result row as the document shows it: flagged where it delivers more than `limit`
+    times over a baseline (`results.baseline_flags`); and a row stored before rows counted their
+    suspicious candidates gets the count from its run's nodes (a done run's nodes do not change)."""
+    row = {**row, "flags": baseline_flags(row, limit)}
     if "suspicious" in row or not row.get("run_id"):
         return row
     return {**row, **held_back(ws.nodes(row["run_id"]))}

@@ -96,7 +96,8 @@ class Settings:
     # A worker killed from outside mid-evaluation (SIGKILL, SIGTERM) is retried this often in a fresh
     # worker before the death is the candidate's verdict.
     eval_retries: int = 1
-    # Results above these are `suspicious`, never a win.
+    # Results above these are `suspicious`, never a win (a speedup: over the faster baseline at a shape;
+    # a bench row that delivers more over either baseline is flagged for review, `bench.results`).
     suspicious_speedup: float = 10.0
     roofline_margin: float = (
         1.05  # allowed excess over the measured (and the datasheet) roofline before flagging
