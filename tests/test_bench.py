@@ -607,17 +607,17 @@ def test_per_device_splits_each_devices_memory_over_its_pools(tmp_path: Path) ->
     from tests.conftest import cpu_settings
 
     base = replace(cpu_settings(tmp_path), workers=2, spares=1, gpu_memory_fraction=None)
-    # one pool: 0.9 over its 3 processes; 0.9 over its 2 workers for a spec that needs more
-    assert gpu_shares(base, "cuda") == (0.3, 0.45)
+    # one pool: 0.9 over its 3 processes; all of the 0.9 for a spec that needs more (one at a time)
+    assert gpu_shares(base, "cuda") == (0.3, 0.9)
     three = _pinned(base, 1, 3)
     assert (three.device, three.devices, three.device_share) == (1, "1", 3)
-    assert gpu_shares(three, "cuda") == (0.1, 0.15)  # three pools on the device: a third each
-    assert gpu_shares(_pinned(base, 0, 1), "cuda") == (0.3, 0.45)
+    assert gpu_shares(three, "cuda") == (0.1, 0.3)  # three pools on the device: a third each
+    assert gpu_shares(_pinned(base, 0, 1), "cuda") == (0.3, 0.9)
     pinned = replace(three, gpu_memory_fraction=0.25)
     assert gpu_shares(pinned, "cuda") == (0.25, 0.25)  # the setting wins, and is never raised
     assert gpu_shares(three, "cpu") is None
     alone = replace(base, spares=0)  # what the memory plan leaves a large spec: its workers only
-    assert gpu_shares(alone, "cuda") == (0.45, 0.45)
+    assert gpu_shares(alone, "cuda") == (0.45, 0.9)
 
 
 def test_per_device_must_be_positive(tmp_path: Path) -> None:

@@ -211,13 +211,14 @@ def test_out_of_memory_under_the_first_share_is_retried_with_the_larger_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The cap is the harness's: the first OOM under it raises the pool's share (once) and evaluates
-    the candidate again; an OOM under the larger share is the candidate's, and says what to change.
-    (The CPU worker has no device cap to set; the shares stand in for a GPU's.)"""
+    the candidate again, the pool solo from then on (its spare, prepared under the smaller share,
+    closed and not replaced); an OOM under the larger share is the candidate's, and says what to
+    change. (The CPU worker has no device cap to set; the shares stand in for a GPU's.)"""
     import kernelevolve.evaluate.pool as pool_mod
 
     monkeypatch.setattr(pool_mod, "gpu_shares", lambda settings, platform: (0.1, 0.3))
     events: list[tuple[str, Any]] = []
-    settings = replace(cpu_settings(tmp_path, spares=0), sandbox_filesystem=False)
+    settings = replace(cpu_settings(tmp_path, spares=1), sandbox_filesystem=False)
     with EvaluatorPool(load_spec(SPECS / "softmax.py"), get_platform("cpu"), settings, static_guards=False,
                        on_event=lambda e, label, d: events.append((e, d))) as pool:  # fmt: skip
         v = pool.evaluate_one(_oom_once(tmp_path / "first"), "oom_once.py")
@@ -225,13 +226,47 @@ def test_out_of_memory_under_the_first_share_is_retried_with_the_larger_one(
         assert v.status in OK and v.correct and v.timed, v.message
         assert len(retries) == 1 and "out of memory under the harness's memory cap of 10.0%" in retries[0]
         assert "retrying with 30.0%" in retries[0] and pool.gpu_share == 0.3
+        assert pool.solo and pool._spares == []  # no spare prepares beside a solo pool's evaluation
         # at the larger share the same OOM is the candidate's verdict: no second raise, no loop
         events.clear()
         v = pool.evaluate_one(_oom_once(tmp_path / "second"), "oom_again.py")
     assert v.status == Status.OOM and not v.correct, v.message
     assert not [e for e, _ in events if e == "retry"]
     assert "under the harness's memory cap of 30.0% of the device per worker" in v.message
-    assert "lower `workers` or `--per-device`" in v.message
+    assert "all of the device's usable memory, one evaluation at a time" in v.message
+
+
+def test_a_solo_pool_holds_one_evaluation_at_a_time(tmp_path: Path) -> None:
+    """Two evaluations of a pool of two workers hold their workers at once; once the pool is solo
+    (its memory share raised to all of it), the second waits for the first."""
+    import time
+
+    pool = EvaluatorPool(
+        load_spec(SPECS / "softmax.py"), get_platform("cpu"), cpu_settings(tmp_path, workers=2)
+    )
+    together = threading.Barrier(2, timeout=10)
+    inside: list[int] = []
+    most = [0]
+
+    def evaluation(meet: bool) -> None:
+        with pool._slot():
+            inside.append(1)
+            most[0] = max(most[0], len(inside))
+            if meet:
+                together.wait()  # breaks (and raises) unless both hold a worker at once
+            time.sleep(0.2)
+            inside.pop()
+
+    try:
+        with ThreadPoolExecutor(2) as ex:
+            list(ex.map(evaluation, [True, True]))
+        assert most[0] == 2
+        pool.solo, most[0] = True, 0
+        with ThreadPoolExecutor(2) as ex:
+            list(ex.map(evaluation, [False, False]))
+        assert most[0] == 1
+    finally:
+        pool.close()
 
 
 # -- a fitness baseline that fails in some workers only ----------------------------------------------

@@ -87,7 +87,8 @@ def test_device_memory_past_the_limit_is_a_verdict(pool: EvaluatorPool) -> None:
 
 def test_a_spec_too_large_for_the_first_memory_share_gets_the_larger_one(tmp_path: Path) -> None:
     """Out of memory under the harness's first cap (0.9 over workers, spares and specs per device) is
-    not the candidate's fault: the pool raises the share to 0.9 over its workers and evaluates again.
+    not the candidate's fault: the pool raises the share to all of its part of the device (0.9 over
+    the specs per device), one evaluation at a time, and evaluates again.
     The candidate's scratch (1.1x the first share) stands in for a spec whose timing needs more."""
     import torch
 
@@ -97,7 +98,7 @@ def test_a_spec_too_large_for_the_first_memory_share_gets_the_larger_one(tmp_pat
 
     settings = harness_settings(tmp_path, "cuda", workers=2, spares=1, device_share=3)
     shares = gpu_shares(settings, "cuda")
-    assert shares == (0.1, 0.15)
+    assert shares == (0.1, 0.3)
     scratch = int(1.1 * shares[0] * torch.cuda.get_device_properties(0).total_memory)
     # One scratch per process, taken at the first call (a CUDA graph capture would take another).
     source = (
@@ -120,7 +121,7 @@ class ModelNew(nn.Module):
     with EvaluatorPool(load_spec(SPECS / "softmax.py"), get_platform("cuda"), settings,
                        on_event=lambda e, label, d: events.append((e, d))) as pool:  # fmt: skip
         v = pool.evaluate_one(source, "scratch.py")
-        assert pool.gpu_share == 0.15
+        assert pool.gpu_share == 0.3 and pool.solo
     retries = [d for e, d in events if e == "retry"]
     assert len(retries) == 1 and "out of memory under the harness's memory cap of 10.0%" in retries[0]
     assert v.status == Status.OK and v.correct and v.timed, v.message

@@ -27,8 +27,8 @@ only a spec above the floor is refused; on the CPU it refuses a spec that the
 worker's memory limit (`memory_limit_gb`) cannot hold. The refusal says how much was needed, how much there was, and what to change.
 
 Deliberately an estimate, not a measurement: what a worker really took is measured (the worker's
-`prepare_peak_bytes`) and a worker out of memory under its cap is still retried with the larger share
-(`pool.gpu_shares`).
+`prepare_peak_bytes`) and a worker out of memory under its cap is still retried with all of the
+run's part of the device, one evaluation at a time (`pool.gpu_shares`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +45,18 @@ def gpu_shares(settings: Settings, platform: str) -> tuple[float, float] | None:
     """(first, most): the share of device memory each of a pool's worker processes may take on a GPU.
     A set `gpu_memory_fraction` is both. Else a worker first gets 0.9 / `device_share` of the device
     (the part a bench granted this run: `bench.schedule`) split over the pool's workers and spares;
-    a spec that needs more (an evaluation out of memory under that cap) gets 0.9 split over the
-    workers alone, since spares hold only their start-up's memory. None on the CPU. (Without spares
-    a pool holds at most `workers` processes: a worker starts when one is needed.)"""
+    a spec that needs more (an evaluation out of memory under that cap) gets all of it, 0.9 /
+    `device_share`, one evaluation at a time and no spare preparing beside it (the pool's `solo`):
+    the memory plan's estimate is not a measurement, and level 1's 96_HuberLoss (T = 8 GiB, planned
+    at 34 GiB a worker, two workers on an H100) ran out in every candidate at 32.7 GiB of its 35.6.
+    None on the CPU. (Without spares a pool holds at most `workers` processes: a worker starts when
+    one is needed.)"""
     if settings.gpu_memory_fraction is not None:
         return settings.gpu_memory_fraction, settings.gpu_memory_fraction
     if platform in ("cuda", "rocm"):
         share, workers = max(1, settings.device_share), max(1, settings.workers)
         first = round(0.9 / (share * (workers + max(0, settings.spares))), 3)
-        return first, max(first, round(0.9 / (share * workers), 3))
+        return first, max(first, round(0.9 / share, 3))
     return None
 
 
@@ -115,10 +119,14 @@ class EvaluatorPool:
         # the fitness baseline has worked, its failure in a later worker is that worker's, not the spec's.
         self.baselines_seen: set[str] = set()
         # The device memory share of each worker, raised once to `gpu_share_max` for a spec whose
-        # evaluations run out of memory under the first (`gpu_shares`).
+        # evaluations run out of memory under the first (`gpu_shares`); from then on the pool is
+        # `solo`: one evaluation at a time (`_slot`), no spare.
         shares = gpu_shares(settings, platform.name)
         self.gpu_share: float | None = shares[0] if shares else None
         self.gpu_share_max: float | None = shares[1] if shares else None
+        self.solo = False
+        self._slots = threading.Condition()
+        self._running = 0  # evaluations holding a worker now
         # The hardware profile is measured again, once per pool, when a verdict's only flags are that
         # it is above the measured roofline: a peak measured low (a busy machine, an old profile) is
         # not believed over a kernel. The owner stores the new one (event "remeasured").
@@ -187,7 +195,7 @@ class EvaluatorPool:
             worker = ready[0] if ready else self._spares[0]
             self._spares.remove(worker)
             if not self.platform.exclusive:
-                self._top_up(self.settings.spares)
+                self._top_up(self._spare_count())
         try:
             info = worker.wait_ready()
         except BaseException:
@@ -203,7 +211,24 @@ class EvaluatorPool:
         worker.close()
         if self.platform.exclusive:
             with self._lock:
-                self._top_up(self.settings.spares)
+                self._top_up(self._spare_count())
+
+    def _spare_count(self) -> int:
+        return 0 if self.solo else self.settings.spares
+
+    @contextmanager
+    def _slot(self) -> Iterator[None]:
+        """Held while an evaluation has a worker: in a `solo` pool, only once no other holds it."""
+        with self._slots:
+            while self.solo and self._running:
+                self._slots.wait()
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._slots:
+                self._running -= 1
+                self._slots.notify_all()
 
     def _save_trusted_cache(self, worker: WorkerHandle) -> None:
         """The first prepared worker's compile cache, taken before it sees any candidate; from later
@@ -292,41 +317,15 @@ class EvaluatorPool:
     ) -> Verdict:
         retries = 0
         while True:
-            asked = time.monotonic()
             profile = self.profile
-            try:
-                worker = self._take()
-            except BaseException as exc:  # a spare killed while it was awaited, say
-                if self._aborted:
-                    raise EvaluationAborted("the evaluator pool was aborted") from exc
-                raise
-            waited = time.monotonic() - asked
-            share = self.gpu_share
-            with self._lock:
-                self._busy.add(worker)
-            try:
-                outcome = worker.run_job(
-                    "evaluate",
-                    {
-                        "source": source,
-                        "candidate_hash": digest,
-                        "kind": kind,
-                        "uses_load_inline": "load_inline" in source,
-                        "profile": profile,
-                        "graphs": dict(self.graphs),
-                        "gpu_memory_fraction": share,  # a spare prepared under a smaller one
-                        **{k: v for k, v in options.items() if v is not None},
-                    },
-                    on_phase=lambda phase: self.on_event("phase", label, phase),
+            with self._slot():
+                outcome, waited, share, info = self._in_a_worker(
+                    source, digest, kind, label, profile, options
                 )
-            finally:
-                with self._lock:
-                    self._busy.discard(worker)
-                self._release(worker)
             if self._aborted:  # killed by `abort`: what it reported is not the candidate's verdict
                 raise EvaluationAborted("the evaluator pool was aborted")
             verdict = self._verdict_from(outcome, base, kind)
-            _note_start_up(verdict, waited, worker.info or {})
+            _note_start_up(verdict, waited, info)
             self.baselines_seen.update(verdict.method.baselines)
             if share is not None and _under_the_cap(verdict):
                 if self._raise_share(share) and not self._closed:
@@ -371,6 +370,49 @@ class EvaluatorPool:
             verdict.message += f" (the same in {retries + 1} fresh workers)"
         return verdict
 
+    def _in_a_worker(
+        self,
+        source: str,
+        digest: str,
+        kind: str | None,
+        label: str,
+        profile: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> tuple[Outcome, float, float | None, dict[str, Any]]:
+        """One evaluation in a prepared worker, which ends with it: (its outcome, how long the wait
+        for the worker took, the memory share it had, the worker's start-up info)."""
+        asked = time.monotonic()
+        try:
+            worker = self._take()
+        except BaseException as exc:  # a spare killed while it was awaited, say
+            if self._aborted:
+                raise EvaluationAborted("the evaluator pool was aborted") from exc
+            raise
+        waited = time.monotonic() - asked
+        share = self.gpu_share
+        with self._lock:
+            self._busy.add(worker)
+        try:
+            outcome = worker.run_job(
+                "evaluate",
+                {
+                    "source": source,
+                    "candidate_hash": digest,
+                    "kind": kind,
+                    "uses_load_inline": "load_inline" in source,
+                    "profile": profile,
+                    "graphs": dict(self.graphs),
+                    "gpu_memory_fraction": share,  # a spare prepared under a smaller one
+                    **{k: v for k, v in options.items() if v is not None},
+                },
+                on_phase=lambda phase: self.on_event("phase", label, phase),
+            )
+        finally:
+            with self._lock:
+                self._busy.discard(worker)
+            self._release(worker)
+        return outcome, waited, share, worker.info or {}
+
     def _remeasure_profile(self, used: dict[str, Any] | None) -> bool:
         """Measure the hardware profile again (once per pool, in a trusted worker under the device's
         lease); True when the profile now differs from `used`, the one a verdict was judged by."""
@@ -387,12 +429,18 @@ class EvaluatorPool:
 
     def _raise_share(self, used: float) -> bool:
         """Give workers the larger memory share, if `used` was below it: True when it is larger now
-        (another evaluation may have raised it already)."""
+        (another evaluation may have raised it already). The pool is `solo` from then on: the spares
+        prepared under the smaller share are closed (they hold its start-up's memory) and none is
+        started again, and evaluations take the device's share one at a time (`_slot`)."""
         with self._lock:
             if self.gpu_share_max is None or used >= self.gpu_share_max:
                 return False
             self.gpu_share = max(self.gpu_share or 0.0, self.gpu_share_max)
-            return True
+            self.solo = True
+            spares, self._spares = self._spares, []
+        for w in spares:
+            w.close()
+        return True
 
     def _share_text(self, share: float, what: str) -> str:
         return f"{what} the harness's memory cap of {share:.1%} of the device per worker"
@@ -401,10 +449,14 @@ class EvaluatorPool:
         s = self.settings
         if s.gpu_memory_fraction is not None:
             return "the `gpu_memory_fraction` setting; if the reference needs about as much, raise it"
+        if s.device_share > 1:
+            return (
+                "all of the part of the device this bench run was granted, one evaluation at a time; if "
+                "the reference needs about as much, run it with `--per-device 1`, smaller shapes or more memory"
+            )
         return (
-            f"the most each of {s.workers} workers gets"
-            + (" from the part of the device this bench run was granted" if s.device_share > 1 else "")
-            + "; if the reference needs about as much, lower `workers` or `--per-device`"
+            "all of the device's usable memory, one evaluation at a time; if the reference needs about "
+            "as much, use smaller shapes in KERNELEVOLVE['shapes'] or a device with more memory"
         )
 
     def _lost_fitness_baseline(self, verdict: Verdict) -> str | None:
