@@ -256,3 +256,130 @@ def test_same_bits_on_other_differences() -> None:
 def test_nan_in_the_reference_does_not_pass_anything() -> None:
     ref = torch.tensor([float("nan"), 1.0, 2.0])
     assert not compare(torch.tensor([0.0, 999.0, -5.0]), ref, STRICT).passed
+
+
+# -- an ill-conditioned output: judged no stricter than torch.compile ----------------------------------
+
+
+def _centered_mean(x: torch.Tensor) -> torch.Tensor:
+    """0 in exact arithmetic: what fp32 gives is rounding, |y| about 1e-8 (as level 2's
+    23_Conv3d_GroupNorm_Mean, the mean of a group-normalized tensor)."""
+    return (x - x.mean(-1, keepdim=True)).mean(-1)
+
+
+def test_reference_noise_is_torch_compiles_distance_from_eager() -> None:
+    from kernelevolve.evaluate.correctness import reference_noise
+
+    x = torch.rand(64, 4096, generator=gen(3))
+    eager = _centered_mean(x)
+    other_order = (x - x.double().mean(-1, keepdim=True).float()).flip(-1).sum(-1) / x.shape[-1]
+    (noise,) = reference_noise([eager], [other_order])
+    assert 0.3 < noise <= 1.0  # all rounding: as far from each other as each is from 0
+    well = torch.softmax(x, -1)
+    assert reference_noise([well, torch.arange(3)], [well.clone(), torch.arange(3)]) == [0.0, 0.0]
+    assert reference_noise([torch.zeros(4)], [torch.ones(4)]) == [0.0]  # no scale to be relative to
+
+
+def test_an_ill_conditioned_output_is_judged_within_thirty_times_its_noise() -> None:
+    from kernelevolve.evaluate.correctness import NOISE_FACTOR, NOISE_ILL, reference_noise, widened
+
+    x = torch.rand(64, 4096, generator=gen(4))
+    ref = _centered_mean(x)
+    # torch.compile's stand-in: the mean rounded otherwise (here, exactly), the sum in another order
+    compiled = (x - x.double().mean(-1, keepdim=True).float()).flip(-1).sum(-1) / x.shape[-1]
+    (noise,) = reference_noise([ref], [compiled])
+    assert noise >= NOISE_ILL
+    blocked = (x - x.mean(-1, keepdim=True)).reshape(64, 64, 64).sum(-1).sum(-1) / x.shape[-1]
+    assert not compare(blocked, ref, STRICT).passed  # strict fp32 refuses another rounding
+    tol = widened(STRICT, noise)
+    assert tol.atol == tol.rel_norm == pytest.approx(NOISE_FACTOR * noise) and tol.rtol == STRICT.rtol
+    assert compare(blocked, ref, tol).passed
+    assert compare(torch.zeros_like(ref), ref, tol).passed  # the exact answer, closer than fp32's
+    # What is no rounding still fails: a value off by 1e-4 where everything else is 1e-8, and bf16.
+    assert not compare(ref + 1e-4, ref, tol).passed
+    bf16 = _centered_mean(x.bfloat16()).float()
+    assert not compare(bf16, ref, tol).passed
+    # A well-conditioned output's noise (1e-7, or just under the line) leaves the tolerance as it is.
+    assert widened(STRICT, 1e-7) == STRICT and widened(STRICT, 0.9 * NOISE_ILL) == STRICT
+    assert widened(STRICT, None) == STRICT
+
+
+CENTERED_SPEC = '''
+"""An ill-conditioned output: rows centered, then averaged (0 in exact arithmetic)."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return (x - x.mean(-1, keepdim=True)).mean(-1)
+
+
+def get_inputs():
+    return [torch.rand(64, 4096)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+CENTERED_CANDIDATE = r'''
+import torch
+import torch.nn as nn
+from kernelevolve.native import compile_c
+
+_lib = compile_c(r"""
+#include <stdint.h>
+/* block sums of 64 (as a GPU block reduces), from the end of the row: another rounding than torch's */
+static float block_sum(const float *v, int64_t n, float minus) {
+    float total = 0.0f;
+    for (int64_t b = n; b > 0; b -= 64) {
+        float part = 0.0f;
+        for (int64_t c = b - 1; c >= 0 && c >= b - 64; --c) part += v[c] - minus;
+        total += part;
+    }
+    return total;
+}
+void centered_mean(const float *x, float *y, int64_t rows, int64_t cols, float shift) {
+    for (int64_t r = 0; r < rows; ++r) {
+        float m = block_sum(x + r * cols, cols, 0.0f) / (float)cols;
+        y[r] = block_sum(x + r * cols, cols, m) / (float)cols + shift;
+    }
+}
+""")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], dtype=x.dtype)
+        _lib.centered_mean(x, y, x.shape[0], x.shape[1], SHIFT)
+        return y
+'''
+
+
+@pytest.mark.slow
+def test_a_kernel_of_an_ill_conditioned_op_passes_where_compile_would_and_garbage_does_not(
+    tmp_path: pytest.TempPathFactory,
+) -> None:
+    """End to end on the CPU, with torch.compile as a baseline: the worker measures compile's distance
+    from eager before any candidate, notes it, and judges the output within 30x of it. An honest kernel
+    that rounds in another order passes (strict fp32 alone refused it: level 2's 23_Conv3d_GroupNorm_Mean
+    failed all 8 candidates so on an H100); one off by 1e-4 (no rounding) fails."""
+    from pathlib import Path
+
+    from kernelevolve import jobs
+    from kernelevolve.evaluate import Status
+    from tests.conftest import cpu_settings
+
+    root = Path(str(tmp_path))
+    spec = root / "centered_mean.py"
+    spec.write_text(CENTERED_SPEC)
+    honest, off = root / "honest.py", root / "off.py"
+    honest.write_text(CENTERED_CANDIDATE.replace("SHIFT", "0.0"))
+    off.write_text(CENTERED_CANDIDATE.replace("SHIFT", "1e-4"))
+    settings = cpu_settings(root, baselines=["eager", "compile"], fitness_baseline="best")
+    _, (good, bad) = jobs.evaluate(spec, [honest, off], settings)
+    assert good.status in (Status.OK, Status.SUSPICIOUS) and good.correct, good.message
+    assert any("ill-conditioned output" in n for n in good.method.notes), good.method.notes
+    assert bad.status == Status.INCORRECT and not bad.correct, bad.message

@@ -38,6 +38,9 @@ class ShapeState:
     cases: list[CaseState] = field(default_factory=list)
     flops: int = 0
     bytes: int = 0
+    # per output (and gradient): torch.compile's distance from eager on the probe inputs, relative
+    # (`correctness.reference_noise`); None where it was not measured
+    noise: list[float] | None = None
 
 
 @dataclass

@@ -296,7 +296,7 @@ def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: 
 
         before = dict(counters["inductor"])
         compiled = torch.compile(st.reference)
-        forward_backward(
+        outs = forward_backward(
             compiled, trainable_inputs(probe, torch, st.grad_outputs is not None), st.grad_outputs, torch
         )
         if state.device.type == "cuda":
@@ -315,6 +315,37 @@ def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: 
         state.baseline_errors["compile"] = f"torch.compile failed in this worker ({msg[:300]})"
         for other in state.shapes:
             other.compiled = None
+        return
+    try:
+        _reference_noise(state, st, probe, outs, torch)
+    except Exception as exc:  # the tolerances stay as they are
+        state.notes.append(
+            f"shape {st.shape.name}: the reference's noise was not measured ({type(exc).__name__})"
+        )
+
+
+def _reference_noise(
+    state: Prepared, st: ShapeState, probe: list[Any], compiled: list[Any], torch: Any
+) -> None:
+    """How far torch.compile's outputs on the probe are from eager's (`correctness.reference_noise`),
+    measured before any candidate exists; noted where it widens an output's tolerance (`NOISE_ILL`). Not for
+    outputs above `NOISE_MAX_BYTES` in all, which would hold two more copies of them."""
+    from kernelevolve.evaluate.correctness import NOISE_FACTOR, NOISE_ILL, NOISE_MAX_BYTES, reference_noise
+
+    sizes = [o.numel() * o.element_size() for o in compiled if isinstance(o, torch.Tensor)]
+    if not compiled or sum(sizes) > NOISE_MAX_BYTES:
+        return
+    eager = forward_backward(
+        st.reference, trainable_inputs(probe, torch, st.grad_outputs is not None), st.grad_outputs, torch
+    )
+    st.noise = reference_noise(eager, compiled)
+    for j, noise in enumerate(st.noise):
+        if noise >= NOISE_ILL:
+            state.notes.append(
+                f"shape {st.shape.name}, output {j}: torch.compile's is {noise:.2g} (relative norm) from "
+                f"eager's on the probe inputs, an ill-conditioned output; it is judged within "
+                f"{NOISE_FACTOR:g}x that"
+            )
 
 
 def _memory_share(state: Prepared, fraction: float | None) -> None:
