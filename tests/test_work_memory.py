@@ -112,3 +112,25 @@ def test_the_knowledge_bases_recorders_see_a_recurrent_layer_as_one_op(tmp_path:
         sig = signature(spec)
         assert sig is not None
         assert [op for op, _ in sig[0]].count(name) == 1 and len(sig[0]) < 10, sig[0]
+
+
+@pytest.mark.parametrize(
+    ("call", "work"),
+    [
+        ("F.smooth_l1_loss(x, y)", 64 * 1024 * 4),  # the elementwise loss, held while it is reduced
+        ("F.huber_loss(x, y, reduction='sum')", 64 * 1024 * 4),
+        ("F.mse_loss(x, y[:1])", 64 * 1024 * 4),  # broadcast to the larger input
+        ("F.smooth_l1_loss(x, y, reduction='none')", 0),  # that tensor is the output, counted as such
+    ],
+)
+def test_a_reducing_loss_counts_its_elementwise_tensor(tmp_path: Path, call: str, work: int) -> None:
+    """One aten op on meta, an elementwise tensor as large as its inputs on a GPU: level 1's
+    96_HuberLoss (T = 8 GiB) held 4 GiB more that the memory plan did not count, and ran out."""
+    path = tmp_path / "loss.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+        f"class Model(nn.Module):\n    def forward(self, x, y):\n        return {call}\n\n"
+        "def get_inputs():\n    return [torch.rand(64, 1024), torch.rand(64, 1024)]\n"
+    )
+    spec = load_spec(path)
+    assert spec.intermediate_bytes("default") == work

@@ -10,7 +10,9 @@ into a few ops per time step and layer whose meta kernels are Python (level 3's 
 layers, 15-20 s of this project's CPU and a minute of a GPU host's under a bench's load, per probe,
 one problem after another under one interpreter's lock). Its results' shapes follow from its
 configuration and its input's shape (`recurrent_meta`), and they are counted as it returns, with its
-own working memory estimated (`recurrent_work_bytes`). The knowledge base's recorders of a
+own working memory estimated (`recurrent_work_bytes`). A loss that is one op on meta but fills an
+elementwise tensor before it reduces it (`ELEMENTWISE_LOSSES`: smooth L1, Huber, MSE, ...) counts that
+tensor while it runs (`loss_work_bytes`). The knowledge base's recorders of a
 reference's aten ops (`knowledge.samples`, `knowledge.patterns`) run it on meta the same way
 (`recurrent_as_shapes`): a recurrent layer is one op to them, named after the aten op its forward
 calls (`aten.lstm`, `aten.gru`, `aten.rnn_tanh`, `aten.rnn_relu`), not the steps it decomposes into.
@@ -68,6 +70,35 @@ def recurrent_meta(module: Any, args: tuple[Any, ...]) -> Any:
     return empty(output), empty(hidden)
 
 
+# Losses that are one aten op on meta but whose CUDA and CPU kernels fill an elementwise loss tensor
+# and then reduce it (`apply_loss_reduction`), with the index of their `reduction` argument: that
+# tensor is their working memory (level 1's 96_HuberLoss, T = 8 GiB, holds 4 GiB more while its
+# smooth_l1_loss runs, which the memory plan missed and its workers ran out of).
+ELEMENTWISE_LOSSES = {
+    "smooth_l1_loss": 2,
+    "huber_loss": 2,
+    "mse_loss": 2,
+    "soft_margin_loss": 2,
+    "binary_cross_entropy": 3,
+}
+
+
+def loss_work_bytes(func: Any, args: Any, kwargs: dict[str, Any]) -> int:
+    """The elementwise loss tensor a reducing loss op (`ELEMENTWISE_LOSSES`) holds while it runs, as
+    big as its broadcast inputs; 0 for any other op, or with reduction "none" (its output is that)."""
+    import torch
+
+    at = ELEMENTWISE_LOSSES.get(getattr(getattr(func, "overloadpacket", None), "__name__", ""))
+    if at is None:
+        return 0
+    reduction = kwargs.get("reduction", args[at] if len(args) > at else 1)  # 1: at::Reduction::Mean
+    tensors = [a for a in args[:2] if isinstance(a, torch.Tensor)]
+    if reduction == 0 or not tensors:
+        return 0
+    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    return int(torch.Size(shape).numel()) * tensors[0].element_size()
+
+
 def _flat(out: Any) -> list[Any]:
     """An LSTM's (output, (h, c)) as [output, h, c]."""
     if isinstance(out, (tuple, list)):
@@ -122,7 +153,7 @@ class PeakOfNewTensors:
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 out = func(*args, **(kwargs or {}))
-                tracker.track(out, args)
+                tracker.track(out, args, transient=loss_work_bytes(func, args, kwargs or {}))
                 return out
 
         def seen(module: Any, args: tuple[Any, ...], out: Any) -> None:
