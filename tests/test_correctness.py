@@ -383,3 +383,25 @@ def test_a_kernel_of_an_ill_conditioned_op_passes_where_compile_would_and_garbag
     assert good.status in (Status.OK, Status.SUSPICIOUS) and good.correct, good.message
     assert any("ill-conditioned output" in n for n in good.method.notes), good.method.notes
     assert bad.status == Status.INCORRECT and not bad.correct, bad.message
+
+
+def test_a_random_reference_gets_no_wider_tolerance() -> None:
+    """Dropout in training mode (level 2's 66_Matmul_Dropout_Softmax): eager and torch.compile draw
+    other masks, far apart, and that is no rounding; a candidate that skips the dropout must not pass
+    on it. The worker measures the noise only of a reference that gives the same bits twice."""
+    from types import SimpleNamespace
+
+    from kernelevolve.evaluate.prepared import ShapeState
+    from kernelevolve.evaluate.worker import _reference_noise
+
+    x = torch.rand(64, 4096, generator=gen(5))
+    state = SimpleNamespace(notes=[])
+    shape = SimpleNamespace(name="default")
+    random = ShapeState(shape=shape, reference=lambda t: torch.nn.functional.dropout(t, 0.5, True).mean(-1))
+    _reference_noise(state, random, [x], [random.reference(x)], torch)  # type: ignore[arg-type]
+    assert random.noise is None and state.notes == []
+    centered = ShapeState(shape=shape, reference=_centered_mean)
+    compiled = (x - x.double().mean(-1, keepdim=True).float()).flip(-1).sum(-1) / x.shape[-1]
+    _reference_noise(state, centered, [x], [compiled], torch)  # type: ignore[arg-type]
+    assert centered.noise is not None and centered.noise[0] > 0.1
+    assert len(state.notes) == 1 and "ill-conditioned output" in state.notes[0]

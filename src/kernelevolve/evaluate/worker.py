@@ -328,17 +328,31 @@ def _reference_noise(
     state: Prepared, st: ShapeState, probe: list[Any], compiled: list[Any], torch: Any
 ) -> None:
     """How far torch.compile's outputs on the probe are from eager's (`correctness.reference_noise`),
-    measured before any candidate exists; noted where it widens an output's tolerance (`NOISE_ILL`). Not for
-    outputs above `NOISE_MAX_BYTES` in all, which would hold two more copies of them."""
-    from kernelevolve.evaluate.correctness import NOISE_FACTOR, NOISE_ILL, NOISE_MAX_BYTES, reference_noise
+    measured before any candidate exists, and noted where an output is ill-conditioned (`NOISE_ILL`).
+    Only for a reference that gives the same bits twice: a random one (dropout in training mode) or
+    a nondeterministic one differs from its compiled form by more than rounding, and its tolerance
+    stays as it is. Not for outputs above `NOISE_MAX_BYTES` in all (three copies are held)."""
+    from kernelevolve.evaluate.correctness import (
+        NOISE_FACTOR,
+        NOISE_ILL,
+        NOISE_MAX_BYTES,
+        reference_noise,
+        same_bits,
+    )
 
     sizes = [o.numel() * o.element_size() for o in compiled if isinstance(o, torch.Tensor)]
     if not compiled or sum(sizes) > NOISE_MAX_BYTES:
         return
-    eager = forward_backward(
-        st.reference, trainable_inputs(probe, torch, st.grad_outputs is not None), st.grad_outputs, torch
-    )
-    st.noise = reference_noise(eager, compiled)
+
+    def eager() -> list[Any]:
+        inputs = trainable_inputs(probe, torch, st.grad_outputs is not None)
+        return forward_backward(st.reference, inputs, st.grad_outputs, torch)
+
+    first, again = eager(), eager()
+    tensors = [(a, b) for a, b in zip(first, again, strict=True) if isinstance(a, torch.Tensor)]
+    if not all(same_bits(a, b) for a, b in tensors):
+        return
+    st.noise = reference_noise(first, compiled)
     for j, noise in enumerate(st.noise):
         if noise >= NOISE_ILL:
             state.notes.append(
