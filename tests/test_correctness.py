@@ -280,7 +280,7 @@ def test_reference_noise_is_torch_compiles_distance_from_eager() -> None:
     assert reference_noise([torch.zeros(4)], [torch.ones(4)]) == [0.0]  # no scale to be relative to
 
 
-def test_an_ill_conditioned_output_is_judged_within_thirty_times_its_noise() -> None:
+def test_an_ill_conditioned_output_is_judged_within_ten_times_its_noise() -> None:
     from kernelevolve.evaluate.correctness import NOISE_FACTOR, NOISE_ILL, reference_noise, widened
 
     x = torch.rand(64, 4096, generator=gen(4))
@@ -363,7 +363,7 @@ def test_a_kernel_of_an_ill_conditioned_op_passes_where_compile_would_and_garbag
     tmp_path: pytest.TempPathFactory,
 ) -> None:
     """End to end on the CPU, with torch.compile as a baseline: the worker measures compile's distance
-    from eager before any candidate, notes it, and judges the output within 30x of it. An honest kernel
+    from eager before any candidate, notes it, and judges the output within 10x of it. An honest kernel
     that rounds in another order passes (strict fp32 alone refused it: level 2's 23_Conv3d_GroupNorm_Mean
     failed all 8 candidates so on an H100); one off by 1e-4 (no rounding) fails."""
     from pathlib import Path
