@@ -50,6 +50,7 @@ from kernelevolve.synth.tuner.triton_common import (
     jit_function,
     kernel_params,
     launch_args,
+    needed,
     op_expr,
     outputs_tuple,
     prepare,
@@ -74,7 +75,8 @@ def refusal(graph: OpGraph) -> str:
     """Why the split template cannot generate `graph`; empty where it can."""
     if graph.pattern != "row":
         return f"a {graph.pattern!r} graph is not a row graph"
-    if not _loop_reductions(graph, graph.ops):
+    live = needed(graph, graph.outputs)
+    if not _loop_reductions(graph, [op for op in graph.ops if op.out in live]):
         return "no reduction over the columns: nothing to split"
     idx = triton_reduce.plan(graph)
     if idx is not None and idx.inner_kept():
