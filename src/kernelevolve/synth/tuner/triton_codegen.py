@@ -16,7 +16,10 @@ Templates per pattern (`variants(graph)` lists them, the first is the default):
 - row: `triton-row` (ROWS whole rows per program, in registers; the default up to 16384 columns) and
   `triton-row-looped` (column chunks, one pass per reduction stage; softmax's max and sum share one
   pass through the online rescaling), see `triton_row.py`; reductions over other dims than the last
-  address memory through an index plan (`triton_reduce.py`);
+  address memory through an index plan (`triton_reduce.py`); for a few rows too long for
+  registers, `triton-row-split` first (each pass a grid of (rows, SPLITS) programs, one slice of a
+  row each, partials combined per row in fp64; the looped kernel where the runtime shape has many
+  rows), see `triton_split.py`;
 - gemm: `triton-gemm` (tiled, GROUP_M swizzle, batched through the grid's second axis, bias and
   epilogue fused before the store), see `triton_gemm.py`;
 - conv: `triton-conv` (1-, 2- and 3-d convolutions as an implicit GEMM, groups through the grid's
@@ -41,7 +44,7 @@ cannot loop to a run-time bound, and the compiled kernel is specialized per shap
 
 Generated code is ours, not a candidate's: it still passes the candidate guards
 (`evaluate.guards.check_source`), and the harness evaluates it like any other candidate. Not here:
-backward passes, fp64, split-row or split-K schedules (see ir.py for what
+backward passes, fp64, split-K schedules (see ir.py for what
 the tracer recognizes at all).
 """
 
@@ -61,6 +64,7 @@ from kernelevolve.synth.tuner import (
     triton_row,
     triton_scalar,
     triton_scan,
+    triton_split,
     triton_stages,
 )
 from kernelevolve.synth.tuner.ir import Generated, OpGraph
@@ -245,6 +249,7 @@ TEMPLATES: dict[str, tuple[str, Builder, Callable[[OpGraph], bool]]] = {
     "triton-elementwise-2d": ("elementwise", _elementwise_2d, _broadcasts),
     "triton-row": ("row", lambda g, p: triton_row.build(g, p, looped=False), _always),
     "triton-row-looped": ("row", lambda g, p: triton_row.build(g, p, looped=True), _always),
+    "triton-row-split": ("row", triton_split.build, triton_split.applies),
     "triton-gemm": ("gemm", triton_gemm.build, _always),
     "triton-conv-depthwise": ("conv", triton_depthwise.build, triton_depthwise.applies),
     "triton-conv": ("conv", triton_conv.build, _always),
@@ -275,7 +280,8 @@ def variants(graph: OpGraph) -> list[str]:
         graph.pattern in ("row", "scalar")
         and max(graph.cols.values(), default=0) > triton_row.MAX_SINGLE_PASS_COLS
     ):
-        names.reverse()  # rows longer than registers hold: the looped template first
+        names.reverse()  # rows longer than registers hold: the looped template first (a few such
+        # rows: the split-row template before it, which falls back to the looped kernel per shape)
     return names
 
 

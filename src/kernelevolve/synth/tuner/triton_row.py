@@ -18,8 +18,12 @@ Two templates, each a [ROWS, width] tile per program:
 Reductions over other dims than the last (`graph.reduce`) take the same two templates; only the
 offsets, the wrapper's sizes and the stores of outputs of one value per row differ (`triton_reduce`).
 
-Not here: split-row schedules for a few very long rows (one program per ROWS rows may leave SMs idle),
-Welford-style fusion of mean and variance (layer norm takes three passes when looped).
+A few very long rows (one program per ROWS rows would leave most SMs idle) take the split-row
+template, `triton_split.py`: the looped template's stages, each pass a grid of (rows, SPLITS)
+programs over slices of the rows, with partials combined per row; its forward falls back to this
+module's looped kernel where the runtime shape has enough rows.
+
+Not here: Welford-style fusion of mean and variance (layer norm takes three passes when looped).
 """
 
 from __future__ import annotations
@@ -95,19 +99,7 @@ def build(graph: OpGraph, precision: str, looped: bool) -> Parts:
     )
     kernel = jit_function(kname, params, body)
 
-    if graph.reduce is None:
-        fwd = prologue(graph, tensors, names, forward_args(graph))
-        fwd += [
-            "_n = _shape.numel()",
-            "if _n == 0:",
-            f"    return {outputs_tuple(graph)}",
-            "_cols = _shape[-1] if len(_shape) else 1",
-            "_rows = _n // _cols",
-        ]
-    else:  # D's sizes, merged as the index plan has them
-        fwd = [f"{names.local(t.name)} = {source_expr(t, forward_args(graph))}.contiguous()" for t in tensors]
-        fwd += triton_reduce.wrapper_lines(graph, idx, tensors, names)
-        fwd += ["if _rows * _cols == 0:", f"    return {outputs_tuple(graph)}"]
+    fwd = forward_head(graph, tensors, names, idx)
     if looped:
         fwd += [
             '_chunk = min(CONFIG["CHUNK"], triton.next_power_of_2(_cols))',
@@ -140,6 +132,27 @@ def build(graph: OpGraph, precision: str, looped: bool) -> Parts:
     # The single-pass tile is ROWS x next_power_of_2(cols), sized per shape in the forward: no TILE.
     tile = ("ROWS", "CHUNK") if looped else ()
     return Parts([kernel], fwd, tunables, defaults, helpers_for(ops), tile=tile)
+
+
+def forward_head(
+    graph: OpGraph, tensors: list[TensorArg], names: Names, idx: triton_reduce.IndexPlan
+) -> list[str]:
+    """The forward's lines up to the launch: the tensors fetched, the outputs allocated, `_rows` and
+    `_cols` (and an index plan's merged sizes `_s<i>`); an empty problem returns its outputs."""
+    if graph.reduce is None:
+        return [
+            *prologue(graph, tensors, names, forward_args(graph)),
+            "_n = _shape.numel()",
+            "if _n == 0:",
+            f"    return {outputs_tuple(graph)}",
+            "_cols = _shape[-1] if len(_shape) else 1",
+            "_rows = _n // _cols",
+        ]
+    # D's sizes, merged as the index plan has them
+    fwd = [f"{names.local(t.name)} = {source_expr(t, forward_args(graph))}.contiguous()" for t in tensors]
+    fwd += triton_reduce.wrapper_lines(graph, idx, tensors, names)
+    fwd += ["if _rows * _cols == 0:", f"    return {outputs_tuple(graph)}"]
+    return fwd
 
 
 def _knobs(
@@ -369,4 +382,4 @@ def _closure(targets: list[str], producer: dict[str, Op], outside: set[str]) -> 
     return seen
 
 
-__all__ = ["MAX_SINGLE_PASS_COLS", "build"]
+__all__ = ["FOLD", "MAX_SINGLE_PASS_COLS", "build", "forward_head"]
