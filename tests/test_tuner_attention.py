@@ -222,3 +222,28 @@ def test_a_slice_of_an_input_or_a_parameter_is_read_through_the_wrapper(tmp_path
     assert interpret(generated, tmp_path, tol=1e-6) == {"slices": "ok"}
     with pytest.raises(NotImplementedError, match="a slice of a tensor or a broadcast mask"):
         c_codegen.generate(graph.stages[1])
+
+
+def test_a_sliced_input_of_a_matmul_or_a_convolution_is_fetched_sliced(tmp_path: Path) -> None:
+    cases = {
+        "linear": ("self.lin = nn.Linear(8, 12)", "return self.lin(x[:, 2:10])", "torch.randn(6, 16)"),
+        "conv": (
+            "self.conv = nn.Conv2d(3, 4, 3)",
+            "return self.conv(x[:, :, 1:7])",
+            "torch.randn(2, 3, 8, 8)",
+        ),
+    }
+    generated = {}
+    for name, (init, body, inputs) in cases.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(
+            HEADER
+            + "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            + f"        {init}\n\n    def forward(self, x):\n        {body}\n\n\n"
+            + f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n"
+        )
+        graph, why = recognize(load_spec(path))
+        assert graph is not None and graph.pattern in ("gemm", "conv"), why
+        assert any(t.source.startswith("slice:") for t in graph.tensors)
+        generated[name] = (str(path), generate(graph).source)
+    assert interpret(generated, tmp_path, tol=1e-4) == dict.fromkeys(cases, "ok")
