@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from kernelevolve.synth.tuner import aten_misc
+from kernelevolve.synth.tuner import aten_mask, aten_misc
 from kernelevolve.synth.tuner.aten_composite import CompositeMapping
 from kernelevolve.synth.tuner.aten_conv import ConvMapping
 from kernelevolve.synth.tuner.aten_gemm import GemmMapping
@@ -175,6 +175,8 @@ class GraphMapper(GemmMapping, ConvMapping, PoolMapping, CompositeMapping):
         layout = self.classify(base)
         if v.shape != base and self.classify(v.shape) == "row" and _numel(v.shape) == _numel(base):
             layout = "row"  # a vector viewed as one value per row ([N] as [N, 1]): the same order
+        if layout is None and (wide := aten_mask.read_broadcast(self, v, source, base, dtype)):
+            return wide  # a mask broadcast over outer dims, materialized by the wrapper
         if layout is None:
             bigger = (
                 " (an output reduced from its inputs is not templated)"

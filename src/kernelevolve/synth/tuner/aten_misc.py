@@ -13,6 +13,8 @@ for what it leaves to it. What it maps:
 - scans: `cumsum`/`cumprod` along the last dim; `flip(cumsum(flip(x)))` over the last dim is the
   reversed scan and `cat([identity column, cumsum(x[..., :-1])])` the exclusive one; the `select`
   that only sizes the identity column is never read.
+- slices of an input or parameter (a causal mask's corner of a buffer): a leaf of their own that
+  the wrapper fetches sliced (`aten_mask`); a slice of a computed value is refused.
 - index masks: `arange` is a tensor the candidate makes (`arange:<start>:<step>:<count>`), read per
   row or per column as its view says; integer `add`/`sub` of such values (triu, tril).
 - integer and bool data: index and mask tensors are read as fp32 (exact up to 2**24, as torch's own
@@ -33,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kernelevolve.synth.tuner import aten_mask
 from kernelevolve.synth.tuner.ir import REDUCE_OPS, SCAN_OPS, TOTAL_OPS
 
 # The `aten_map.GraphMapper` that calls in here (it imports this module, so this one names it only).
@@ -163,7 +166,13 @@ def visit(m: GraphMapper, name: str, args: list[Any], kw: dict[str, Any], node: 
             return _Head(args[0])
         if len(shape) == n and (dim or 0) % n != last and shape == tuple(getattr(args[0], "shape", ())):
             return args[0]  # a whole-dim slice (x[:, ...]) is the value itself
-        return _NoValue("a slice (a slice is not templated except x[..., :-1] before an exclusive scan)")
+        sliced = aten_mask.slice_leaf(m, args[0], args, shape)  # a mask from a buffer's corner
+        if sliced is not None:
+            return sliced
+        return _NoValue(
+            "a slice (a slice is templated only of an input or parameter with step 1, or as x[..., :-1] "
+            "before an exclusive scan)"
+        )
     if name in ("cumsum", "cumprod"):
         return _scan(m, name, args, kw, shape)
     if name == "cat":

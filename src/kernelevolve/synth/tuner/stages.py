@@ -16,6 +16,15 @@ template fetches it as it fetches an input. Where no cut gives templated stages,
 stage that is not templated and why (from the latest cut whose prefix is templated), e.g. "stage 2 of
 the pipeline (after conv2d (...)) is not templated: aten.native_group_norm is not templated".
 
+Attention (issue K) is such a pipeline: the scores' batched GEMM with its epilogue (the scale, a
+mask), then the row softmax, whose input is the scores' intermediate (a reduction of a graph input,
+as the mappers template reductions), then the GEMM of the probabilities with V. The latest cuts are
+refused first (a matmul before a reduction in one graph), and the cut at the scaled, masked scores
+wins. Where `scaled_dot_product_attention`'s decomposition would defeat every cut (q and k scaled
+apart before the GEMM, the softmax's -inf guard reading the scores beside the softmax), the trace
+has already rewritten it exactly (`aten_attention`). Where no pipeline is formed, the refusal is
+prefaced as attention (`_attention`): there is no fused flash-attention template.
+
 Deliberately not here: the stages' code (`triton_stages.py`), a stage that needs two intermediates (a
 residual around a pooling), and cuts inside a template's own op (a split-K GEMM).
 """
@@ -152,7 +161,8 @@ _MATMULS = {"mm", "addmm", "bmm"}
 
 def _attention(graph: Any) -> str:
     """A refusal's preface where the graph is attention (a softmax of one matmul's result feeding
-    another matmul), which only a fused flash-attention template could cover; empty otherwise."""
+    another matmul) and still no pipeline was formed (there is no fused flash-attention template);
+    empty otherwise."""
     nodes = [n for n in graph.nodes if n.op == "call_function"]
     after: set[Any] = set()  # nodes computed from a matmul's result
     for n in nodes:
@@ -170,8 +180,10 @@ def _attention(graph: Any) -> str:
                 stack.extend(u.users)
             if feeds:
                 return (
-                    "attention (a softmax between two matmuls) needs a fused flash-attention template, "
-                    "which the tuner does not have; "
+                    f"attention (a softmax between two matmuls) is templated only as a pipeline of at "
+                    f"most {MAX_STAGES} stages: the scores' batched GEMM (scale and mask in its "
+                    "epilogue), their row softmax, then the GEMM with V (there is no fused "
+                    "flash-attention template); here no such pipeline was formed: "
                 )
     return ""
 

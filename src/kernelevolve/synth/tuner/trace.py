@@ -3,9 +3,10 @@
 `recognize(spec)` traces the reference once per spec shape with `make_fx` on the meta device (no
 memory, no compute), with parameters passed explicitly through `torch.func.functional_call` and the
 core aten decompositions applied, so `softmax`, `layer_norm`, `rms_norm`, `gelu`, `silu`, `linear` and
-their neighbours arrive as a few aten ops. Two rewrites then simplify the graph: reductions over
-size-1 dims become views (`aten_unit`), and reductions over dims a view merged become reductions over
-the dims merged (`aten_merge`). The mapper `aten_route.mapper_for` picks (`aten_map.GraphMapper`,
+their neighbours arrive as a few aten ops. Rewrites then simplify the graph: reductions over
+size-1 dims become views (`aten_unit`), reductions over dims a view merged become reductions over
+the dims merged (`aten_merge`), and attention's decomposed scale, softmax guard and broadcast mask
+become what the pipeline's stages map (`aten_attention`). The mapper `aten_route.mapper_for` picks (`aten_map.GraphMapper`,
 or `aten_reduce.ReduceMapper` for reductions over other dims than the output's last, `aten_arg`,
 `aten_squeeze`) maps each graph onto the IR (`ir.py`), and where no one template covers it,
 `stages.map_graph` cuts it into a pipeline of templated stages (a convolution, then a pooling). Every shape must give the same graph (the same stages); only the sizes
@@ -33,6 +34,7 @@ from typing import Any
 
 from kernelevolve import pyast
 from kernelevolve.spec import ShapeSpec, Spec, call_get_init_inputs, call_get_inputs, import_spec_module
+from kernelevolve.synth.tuner.aten_attention import rewrite_attention
 from kernelevolve.synth.tuner.aten_map import Unsupported
 from kernelevolve.synth.tuner.aten_merge import split_merged_reductions
 from kernelevolve.synth.tuner.aten_route import mapper_for
@@ -145,6 +147,7 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
 
     drop_unit_reductions(gm)  # reductions over size-1 dims are copies (`aten_unit`)
     split_merged_reductions(gm)  # over merged dims: over the dims merged (`aten_merge`)
+    rewrite_attention(gm)  # SDPA's scaled operands and softmax guard, as the stages map them
     sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
     forward_args = _forward_args(module.Model, len(inputs))
     return map_graph(gm, sources, forward_args, shape.name, mapper=mapper_for)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import keyword
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kernelevolve.errors import KernelevolveError
 from kernelevolve.synth.tuner.ir import ELEMENTWISE_OPS, REDUCE_OPS, Arg, Op, OpGraph, TensorArg
@@ -306,6 +306,14 @@ def source_expr(t: TensorArg, args: list[str]) -> str:
     """Where the forward gets tensor `t`: a positional argument, the module's parameter/buffer, or an
     arange the reference makes (index masks: triu, tril), as fp32 values."""
     kind, _, rest = t.source.partition(":")
+    if kind == "slice":  # slice:<dim>:<start>:<end>:<source> (`aten_mask`: a buffer's mask)
+        dim, start, end, what = rest.split(":", 3)
+        index = ", ".join([":"] * int(dim) + [f"{int(start)}:{int(end)}"])
+        return f"{source_expr(replace(t, source=what), args)}[{index}]"
+    if kind == "expand":  # expand:<d0>,<d1>,..:<source>, materialized full by .contiguous()
+        dims, _, what = rest.partition(":")
+        sizes = ", ".join(str(int(d)) for d in dims.split(","))
+        return f"{source_expr(replace(t, source=what), args)}.expand({sizes})"
     if kind == "input":
         i = int(rest)
         if i >= len(args):
