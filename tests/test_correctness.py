@@ -391,8 +391,7 @@ def test_a_random_reference_gets_no_wider_tolerance() -> None:
     on it. The worker measures the noise only of a reference that gives the same bits twice."""
     from types import SimpleNamespace
 
-    from kernelevolve.evaluate.prepared import ShapeState
-    from kernelevolve.evaluate.worker import _reference_noise
+    from kernelevolve.evaluate.prepared import ShapeState, measure_noise
 
     x = torch.rand(64, 4096, generator=gen(5))
     spec = SimpleNamespace(backward=False, output_bytes=lambda name: 64 * 4)
@@ -403,11 +402,11 @@ def test_a_random_reference_gets_no_wider_tolerance() -> None:
         return torch.nn.functional.dropout(t, 0.5, True).mean(-1)
 
     random = ShapeState(shape=shape, reference=dropout_mean, compiled=dropout_mean)
-    _reference_noise(state, random, [x], torch)  # type: ignore[arg-type]
+    measure_noise(state, random, [x], torch)  # type: ignore[arg-type]
     assert random.noise is None and state.notes == []
     # torch.compile's stand-in: the mean rounded otherwise (exactly), the sum in another order
     compiled = lambda t: (t - t.double().mean(-1, keepdim=True).float()).flip(-1).sum(-1) / t.shape[-1]  # noqa: E731
     centered = ShapeState(shape=shape, reference=_centered_mean, compiled=compiled)
-    _reference_noise(state, centered, [x], torch)  # type: ignore[arg-type]
+    measure_noise(state, centered, [x], torch)  # type: ignore[arg-type]
     assert centered.noise is not None and centered.noise[0] > 0.1
     assert len(state.notes) == 1 and "ill-conditioned output" in state.notes[0]

@@ -9,6 +9,8 @@ it (`evaluation.py` for a candidate, `baselines.py` for the baselines alone).
   and for training specs the gradients, in a fixed order).
 - `memory_mark`, `memory_peak`, `peak_memory`: the peak of memory a piece of work needed (the device
   allocator's on a GPU, the process's resident size on the CPU).
+- `measure_noise`: how far torch.compile's outputs are from eager's, for the tolerance of an
+  ill-conditioned output (`correctness.widened`), measured while the worker prepares.
 """
 
 from __future__ import annotations
@@ -134,3 +136,44 @@ def peak_memory(state: Prepared) -> int | None:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
     except Exception:
         return None
+
+
+def measure_noise(state: Prepared, st: ShapeState, probe: list[Any], torch: Any) -> None:
+    """How far torch.compile's outputs on the probe are from eager's (`correctness.reference_noise`),
+    measured before any candidate exists (under the device's lease, as the reference's outputs are),
+    and noted where an output is ill-conditioned (`NOISE_ILL`). Only for a reference that gives the same bits twice: a random one (dropout in training mode) or
+    a nondeterministic one differs from its compiled form by more than rounding, and its tolerance
+    stays as it is. Not for outputs above `NOISE_MAX_BYTES` in all (three copies are held)."""
+    from kernelevolve.evaluate.correctness import (
+        NOISE_FACTOR,
+        NOISE_ILL,
+        NOISE_MAX_BYTES,
+        reference_noise,
+        same_bits,
+    )
+
+    spec, name = state.spec, st.shape.name  # a training spec's outputs are its gradients too
+    size = spec.footprint_bytes(name) if spec.backward else spec.output_bytes(name)
+    if size is None or size > NOISE_MAX_BYTES:
+        return  # not counted by the meta probe, or too large
+
+    def run(model: Any) -> list[Any]:
+        inputs = trainable_inputs(probe, torch, st.grad_outputs is not None)
+        return forward_backward(model, inputs, st.grad_outputs, torch)
+
+    try:
+        first, again, compiled = run(st.reference), run(st.reference), run(st.compiled)
+    except Exception as exc:  # out of memory, say: the tolerances stay as they are
+        state.notes.append(f"shape {name}: the reference's noise was not measured ({type(exc).__name__})")
+        return
+    tensors = [(a, b) for a, b in zip(first, again, strict=True) if isinstance(a, torch.Tensor)]
+    if not all(same_bits(a, b) for a, b in tensors):
+        return
+    st.noise = reference_noise(first, compiled)
+    for j, noise in enumerate(st.noise):
+        if noise >= NOISE_ILL:
+            state.notes.append(
+                f"shape {st.shape.name}, output {j}: torch.compile's is {noise:.2g} (relative norm) from "
+                f"eager's on the probe inputs, an ill-conditioned output; it is judged within "
+                f"{NOISE_FACTOR:g}x that"
+            )

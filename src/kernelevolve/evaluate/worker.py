@@ -44,6 +44,7 @@ from kernelevolve.evaluate.prepared import (
     Prepared,
     ShapeState,
     forward_backward,
+    measure_noise,
     memory_mark,
     memory_peak,
     trainable_inputs,
@@ -172,12 +173,7 @@ def _prepare_shapes(state: Prepared, spec: Any, path: Path, torch: Any) -> None:
         for st in state.shapes:
             _reference_cases(state, st, probes[st.shape.name], cases, torch)
             if st.compiled is not None:
-                try:
-                    _reference_noise(state, st, probes[st.shape.name], torch)
-                except Exception as exc:  # the tolerances stay as they are
-                    state.notes.append(
-                        f"shape {st.shape.name}: the reference's noise was not measured ({type(exc).__name__})"
-                    )
+                measure_noise(state, st, probes[st.shape.name], torch)
     state.steps["reference_outputs"] = time.perf_counter() - t
     state.info["spec"] = spec.name
     state.info["spec_fingerprint"] = spec.fingerprint
@@ -322,44 +318,6 @@ def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: 
         state.baseline_errors["compile"] = f"torch.compile failed in this worker ({msg[:300]})"
         for other in state.shapes:
             other.compiled = None
-
-
-def _reference_noise(state: Prepared, st: ShapeState, probe: list[Any], torch: Any) -> None:
-    """How far torch.compile's outputs on the probe are from eager's (`correctness.reference_noise`),
-    measured before any candidate exists (under the device's lease, as the reference's outputs are),
-    and noted where an output is ill-conditioned (`NOISE_ILL`).
-    Only for a reference that gives the same bits twice: a random one (dropout in training mode) or
-    a nondeterministic one differs from its compiled form by more than rounding, and its tolerance
-    stays as it is. Not for outputs above `NOISE_MAX_BYTES` in all (three copies are held)."""
-    from kernelevolve.evaluate.correctness import (
-        NOISE_FACTOR,
-        NOISE_ILL,
-        NOISE_MAX_BYTES,
-        reference_noise,
-        same_bits,
-    )
-
-    spec, name = state.spec, st.shape.name  # a training spec's outputs are its gradients too
-    size = spec.footprint_bytes(name) if spec.backward else spec.output_bytes(name)
-    if size is None or size > NOISE_MAX_BYTES:
-        return  # not counted by the meta probe, or too large
-
-    def run(model: Any) -> list[Any]:
-        inputs = trainable_inputs(probe, torch, st.grad_outputs is not None)
-        return forward_backward(model, inputs, st.grad_outputs, torch)
-
-    first, again, compiled = run(st.reference), run(st.reference), run(st.compiled)
-    tensors = [(a, b) for a, b in zip(first, again, strict=True) if isinstance(a, torch.Tensor)]
-    if not all(same_bits(a, b) for a, b in tensors):
-        return
-    st.noise = reference_noise(first, compiled)
-    for j, noise in enumerate(st.noise):
-        if noise >= NOISE_ILL:
-            state.notes.append(
-                f"shape {st.shape.name}, output {j}: torch.compile's is {noise:.2g} (relative norm) from "
-                f"eager's on the probe inputs, an ill-conditioned output; it is judged within "
-                f"{NOISE_FACTOR:g}x that"
-            )
 
 
 def _memory_share(state: Prepared, fraction: float | None) -> None:
