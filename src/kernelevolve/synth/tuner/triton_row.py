@@ -321,43 +321,23 @@ def _looped_body(
     last = max((stage[op.out] for op in loop_reds), default=0)
     for p in range(1, last + 1):
         reds = [op for op in loop_reds if stage[op.out] == p and op.out not in online]
-        targets, init, update, final = [], [], [], []
+        targets: list[str] = []
+        init: list[str] = []
+        update: list[str] = []
+        final: list[str] = []
         for op in reds:
-            acc, arg = "acc_" + names.ident(op.out), names.var(str(op.args[0]))
             targets.append(str(op.args[0]))
             if op.out in partners:  # M = amax(g) carried with S = sum(exp(g - M))
                 s_name = next(k for k, v in online.items() if v == op.out)
-                m, s, g = "m_" + names.ident(op.out), "s_" + names.ident(s_name), "g_" + names.ident(op.out)
-                init += [
-                    f"{m} = tl.full([ROWS, 1], {NEG_INF}, tl.float32)",
-                    f"{s} = tl.zeros({tile}, tl.float32)",
-                ]
-                update += [
-                    f"{g} = tl.where(cmask, {arg}, {NEG_INF})",
-                    f"{m}_new = tl.maximum({m}, tl.max({g}, axis=1, keep_dims=True))",
-                    f"{m}_live = {m}_new > {NEG_INF}  # an all -inf prefix contributes nothing, not NaN",
-                    f"{s} = {s} * tl.where({m}_live, tl.exp({m} - {m}_new), 0.0) + tl.where({m}_live, tl.exp({g} - {m}_new), 0.0)",
-                    f"{m} = {m}_new",
-                ]
+                m, s = online_accumulators(op, s_name, names, tile, init, update)
                 final += [
                     f"{names.var(op.out)} = {m}",
                     f"{names.var(s_name)} = tl.sum({s}, axis=1, keep_dims=True)",
                 ]
                 continue
-            fill = _FILL[op.op]
-            init.append(f"{acc} = tl.full({tile}, {fill}, tl.float32)")
-            combined = _COMBINE[op.op].format(a=acc, v=f"tl.where(cmask, {arg}, {fill})")
-            update.append(f"{acc} = {combined}")
-            red = f"{_REDUCE[op.op]}({acc}, axis=1, keep_dims=True)"
-            if op.op in ("sum", "mean"):  # lanes sum FOLD chunks in fp32, then fold into an fp64 total
-                tot = "tot_" + names.ident(op.out)
-                init.append(f"{tot} = tl.zeros([ROWS, 1], tl.float64)")
-                update += [
-                    f"if i % {FOLD} == {FOLD - 1}:",
-                    f"    {tot} = {tot} + {red}.to(tl.float64)",
-                    f"    {acc} = tl.zeros({tile}, tl.float32)",
-                ]
-                red = f"({tot} + {red}.to(tl.float64)).to(tl.float32)"
+            red = chunk_accumulator(op, names, tile, init, update)
+            if op.op in ("sum", "mean"):
+                red = f"({red}).to(tl.float32)"
             final.append(f"{names.var(op.out)} = " + (f"{red} / cols" if op.op == "mean" else red))
         if reds:
             body += init + chunk_loop(targets) + ["    " + u for u in update] + final
@@ -366,6 +346,45 @@ def _looped_body(
         return body + _stores(graph, names, idx, tile)
     body += chunk_loop(list(graph.outputs))
     return body + ["    " + line for line in _stores(graph, names, idx, tile)]
+
+
+def online_accumulators(
+    op: Op, s_name: str, names: Names, tile: str, init: list[str], update: list[str]
+) -> tuple[str, str]:
+    """The chunk loop's lines for an amax `op` carried with `s_name`, the sum of exp(g - max) (online
+    rescaling: softmax's two reductions in one pass), added to `init` and `update`; returns the
+    names of the running max ([ROWS, 1]) and of the lanes' rescaled sums ([ROWS, CHUNK])."""
+    arg = names.var(str(op.args[0]))
+    m, s, g = "m_" + names.ident(op.out), "s_" + names.ident(s_name), "g_" + names.ident(op.out)
+    init += [f"{m} = tl.full([ROWS, 1], {NEG_INF}, tl.float32)", f"{s} = tl.zeros({tile}, tl.float32)"]
+    update += [
+        f"{g} = tl.where(cmask, {arg}, {NEG_INF})",
+        f"{m}_new = tl.maximum({m}, tl.max({g}, axis=1, keep_dims=True))",
+        f"{m}_live = {m}_new > {NEG_INF}  # an all -inf prefix contributes nothing, not NaN",
+        f"{s} = {s} * tl.where({m}_live, tl.exp({m} - {m}_new), 0.0) + tl.where({m}_live, tl.exp({g} - {m}_new), 0.0)",
+        f"{m} = {m}_new",
+    ]
+    return m, s
+
+
+def chunk_accumulator(op: Op, names: Names, tile: str, init: list[str], update: list[str]) -> str:
+    """The chunk loop's lines for one reduction `op` (sum, mean, amax, amin), added to `init` and
+    `update`; returns the row's reduced value after the loop: for a sum or mean, the lanes' fp32 sums
+    folded every FOLD chunks into an fp64 total (an fp64 expression), else the fp32 reduction."""
+    acc, arg, fill = "acc_" + names.ident(op.out), names.var(str(op.args[0])), _FILL[op.op]
+    init.append(f"{acc} = tl.full({tile}, {fill}, tl.float32)")
+    update.append(f"{acc} = " + _COMBINE[op.op].format(a=acc, v=f"tl.where(cmask, {arg}, {fill})"))
+    red = f"{_REDUCE[op.op]}({acc}, axis=1, keep_dims=True)"
+    if op.op not in ("sum", "mean"):
+        return red
+    tot = "tot_" + names.ident(op.out)
+    init.append(f"{tot} = tl.zeros([ROWS, 1], tl.float64)")
+    update += [
+        f"if i % {FOLD} == {FOLD - 1}:",
+        f"    {tot} = {tot} + {red}.to(tl.float64)",
+        f"    {acc} = tl.zeros({tile}, tl.float32)",
+    ]
+    return f"{tot} + {red}.to(tl.float64)"
 
 
 def _closure(targets: list[str], producer: dict[str, Op], outside: set[str]) -> set[str]:

@@ -309,45 +309,22 @@ class _Schedule:
         """Pass p's chunk loop over the slice and its stage-p partials, stored in the workspace."""
         names = self.names
         reds = [op for op in self.reds if self.stage[op.out] == p and op.out not in self.online]
-        targets, init, update, final = [], [], [], []
+        targets: list[str] = []
+        init: list[str] = []
+        update: list[str] = []
+        final: list[str] = []
         for op in reds:
-            acc, arg = "acc_" + names.ident(op.out), names.var(str(op.args[0]))
             targets.append(str(op.args[0]))
             if op.out in self.partners:  # the slice's max m and sum s of exp(g - m), rescaled online
                 s_name = next(k for k, v in self.online.items() if v == op.out)
-                m, s, g = "m_" + names.ident(op.out), "s_" + names.ident(s_name), "g_" + names.ident(op.out)
-                init += [
-                    f"{m} = tl.full([ROWS, 1], {NEG_INF}, tl.float32)",
-                    f"{s} = tl.zeros({_TILE}, tl.float32)",
-                ]
-                update += [
-                    f"{g} = tl.where(cmask, {arg}, {NEG_INF})",
-                    f"{m}_new = tl.maximum({m}, tl.max({g}, axis=1, keep_dims=True))",
-                    f"{m}_live = {m}_new > {NEG_INF}  # an all -inf prefix contributes nothing, not NaN",
-                    f"{s} = {s} * tl.where({m}_live, tl.exp({m} - {m}_new), 0.0) + tl.where({m}_live, tl.exp({g} - {m}_new), 0.0)",
-                    f"{m} = {m}_new",
-                ]
+                m, s = triton_row.online_accumulators(op, s_name, names, _TILE, init, update)
                 final += [
                     f"tl.store({self._slot(op.out, 'sp')}, {m}.to(tl.float64), mask=rmask)",
                     f"tl.store({self._slot(s_name, 'sp')}, tl.sum({s}, axis=1, keep_dims=True).to(tl.float64), mask=rmask)",
                 ]
                 continue
-            fill = triton_row._FILL[op.op]
-            init.append(f"{acc} = tl.full({_TILE}, {fill}, tl.float32)")
-            update.append(
-                f"{acc} = " + triton_row._COMBINE[op.op].format(a=acc, v=f"tl.where(cmask, {arg}, {fill})")
-            )
-            red = f"{triton_row._REDUCE[op.op]}({acc}, axis=1, keep_dims=True).to(tl.float64)"
-            if op.op in ("sum", "mean"):  # lanes sum FOLD chunks in fp32, then fold into an fp64 total
-                fold, tot = triton_row.FOLD, "tot_" + names.ident(op.out)
-                init.append(f"{tot} = tl.zeros([ROWS, 1], tl.float64)")
-                update += [
-                    f"if i % {fold} == {fold - 1}:",
-                    f"    {tot} = {tot} + {red}",
-                    f"    {acc} = tl.zeros({_TILE}, tl.float32)",
-                ]
-                red = f"{tot} + {red}"
-            final.append(f"tl.store({self._slot(op.out, 'sp')}, {red}, mask=rmask)")
+            red = triton_row.chunk_accumulator(op, names, _TILE, init, update)
+            final.append(f"tl.store({self._slot(op.out, 'sp')}, ({red}).to(tl.float64), mask=rmask)")
         return init + self._chunk_loop(targets) + ["    " + u for u in update] + final
 
 
