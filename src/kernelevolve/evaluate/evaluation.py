@@ -8,7 +8,9 @@ Phases (each announced to the parent, which applies that phase's timeout):
   Triton candidate's first call starts in `compile` (compile errors surface there, still without the
   lease) and moves to `first-run` at its first kernel launch (a launch hook); other kinds move before
   the call. `first-run` holds the device lease and runs under the run limit: a kernel that never ends
-  is stopped at `run_timeout_s`, and never runs beside another candidate's timing.
+  is stopped at `run_timeout_s`, and never runs beside another candidate's timing. A kernel compiled
+  later in the call (a pipeline's next kernel) compiles in `compile` again, the lease given back once
+  the device has finished what ran so far, and its launch takes it again (`_first_launch_starts_run`).
 - `lease`: wait for the device lease (not timed against the candidate).
 - `correctness`: every shape x seed x distribution (`trials.py`). Before each call the allocator is
   poisoned (blocks of the outputs' sizes filled with NaN and freed), inputs are cloned, and the call
@@ -141,15 +143,29 @@ class _Evaluation:
             self.take_lease()
         self.phase("first-run")
 
+    def give_back_lease(self) -> None:
+        """Release the lease for a compile in the middle of the first call, where the platform lets
+        compiles run beside another candidate's timing: the device first finishes what was launched."""
+        if self.lease is None or self.state.platform.exclusive:
+            return
+        self.state.timer.sync()
+        self.lease.release()
+        self.lease = None
+
     @contextlib.contextmanager
     def _first_launch_starts_run(self) -> Iterator[None]:
         """Triton compiles inside the call, before its launch: enter `first-run` at the first launch.
 
         A kernel compiled after that (a second kernel, an autotuner's next config) moves the phase
-        back to `compile` while it compiles, the lease still held, so the compile limit applies to
-        compiling and the run limit to running. Without Triton's hooks (an old Triton) the call starts
-        in `first-run`, compile included. A candidate that removes the hooks only keeps its first
-        launch in `compile`: the lease is taken after the call, before correctness, as for all."""
+        back to `compile` while it compiles, so the compile limit applies to compiling and the run
+        limit to running. Where the lease is not held throughout (`Platform.exclusive`), that compile
+        also gives the lease back, after the device has finished what was launched so far (waited for
+        in `first-run`, under the run limit): a pipeline whose second kernel compiled for the whole
+        compile limit held every other evaluation on the device that long (level 2's
+        19_ConvTranspose2d_GELU_GroupNorm: 180 s of another candidate's lease wait). The next launch
+        takes the lease again. Without Triton's hooks (an old Triton) the call starts in `first-run`,
+        compile included. A candidate that removes the hooks only keeps its first launch in
+        `compile`: the lease is taken after the call, before correctness, as for all."""
         try:
             from triton import knobs
 
@@ -167,6 +183,7 @@ class _Evaluation:
 
         def compiling(*args: Any, **kwargs: Any) -> Any:
             if self._phase_name == "first-run":
+                self.give_back_lease()
                 self.end_phase()
                 self.phase("compile")
             return before[0](*args, **kwargs) if before[0] else False
