@@ -256,6 +256,33 @@ def test_long_rows_take_the_looped_loss_template_first(tmp_path: Path) -> None:
     spec = _spec(tmp_path, "long", "pass", "a", "a.exp().mean()", "[torch.randn(2, 20000)]")
     graph, _ = recognize(load_spec(spec))
     assert graph is not None and variants(graph) == ["triton-scalar-looped", "triton-scalar"]
+    # rows past `SINGLE_PASS_LIMIT_COLS` (a loss over [128, 4096 * 256]): the looped template alone
+    spec = _spec(tmp_path, "longer", "pass", "a", "a.exp().mean()", "[torch.randn(2, 70000)]")
+    graph, _ = recognize(load_spec(spec))
+    assert graph is not None and variants(graph) == ["triton-scalar-looped"]
+
+
+@pytest.mark.parametrize(
+    ("config", "rows", "cols", "warps"),
+    [
+        ({"ROWS": 1, "num_warps": 1}, 128, 15376, 8),  # level 2's 65_: one warp timed out compiling
+        ({"ROWS": 1, "num_warps": 2}, 16, 65536, 32),  # the widest single-pass row: 64 values a thread
+        ({"ROWS": 1, "num_warps": 16}, 128, 15376, 16),  # more warps than the floor: as asked
+        ({"ROWS": "auto", "num_warps": "auto"}, 4096, 1000, 8),  # 4 x 1024 tiles: the auto rule's own
+    ],
+)
+def test_a_single_pass_tile_gives_a_thread_at_most_64_values(
+    config: dict[str, object], rows: int, cols: int, warps: int
+) -> None:
+    """The forward's sizing of the single-pass row and loss templates (`triton_row.single_pass_sizes`)."""
+    import triton
+
+    from kernelevolve.synth.tuner.triton_row import single_pass_sizes
+
+    scope = {"triton": triton, "CONFIG": config, "_rows": rows, "_cols": cols}
+    exec("\n".join(single_pass_sizes()), scope)
+    assert scope["_warps"] == warps
+    assert scope["_r"] * scope["_block_c"] <= 32 * 32 * 64
 
 
 REFUSED = {

@@ -276,10 +276,10 @@ def variants(graph: OpGraph) -> list[str]:
         for name, (pattern, _, applies) in TEMPLATES.items()
         if pattern == graph.pattern and applies(graph)
     ]
-    if (
-        graph.pattern in ("row", "scalar")
-        and max(graph.cols.values(), default=0) > triton_row.MAX_SINGLE_PASS_COLS
-    ):
+    cols = max(graph.cols.values(), default=0) if graph.pattern in ("row", "scalar") else 0
+    if cols > triton_row.SINGLE_PASS_LIMIT_COLS:  # whole rows in registers would not compile in time
+        names = [n for n in names if n not in ("triton-row", "triton-scalar")]
+    if cols > triton_row.MAX_SINGLE_PASS_COLS:
         names.reverse()  # rows longer than registers hold: the looped template first (a few such
         # rows: the split-row template before it, which falls back to the looped kernel per shape)
     return names

@@ -53,6 +53,11 @@ from kernelevolve.synth.tuner.triton_common import (
 )
 
 MAX_SINGLE_PASS_COLS = 16384
+# Rows longer than this are never given the single-pass template (nor the scalar one's single pass):
+# a whole row in registers compiles for minutes and spills. On an H100 level 1's 23_Softmax (393216
+# columns) and level 2's group/batch norms after a convolution (0.5-1M) timed out at the 180 s compile
+# limit, spending a candidate and a worker each.
+SINGLE_PASS_LIMIT_COLS = 65536
 # Looped sums: each lane adds FOLD chunks in fp32, then the lanes' sum joins the row's fp64 total, so
 # no fp32 accumulator takes more than FOLD terms (a row of 2**30 values summed lane by lane in fp32
 # loses ~1e-4 of its sum).
@@ -107,16 +112,7 @@ def build(graph: OpGraph, precision: str, looped: bool) -> Parts:
         ]
         sizes = "ROWS=_r, CHUNK=_chunk, NCHUNK=triton.cdiv(_cols, _chunk)"
     else:
-        fwd += [
-            "_block_c = triton.next_power_of_2(_cols)",
-            '_r = CONFIG["ROWS"]',
-            'if _r == "auto":  # tiles of up to 4096 elements, yet two waves of programs on 132 SMs',
-            "    _r = 1 << (max(1, min(4096 // _block_c, _rows // 264)).bit_length() - 1)",
-            "_r = max(1, min(_r, 16384 // _block_c))  # a cap: no tile beyond 16384 elements",
-            '_warps = CONFIG["num_warps"]',
-            'if _warps == "auto":',
-            "    _warps = 4 if _r * _block_c <= 2048 else 8 if _r * _block_c <= 8192 else 16",
-        ]
+        fwd += single_pass_sizes()
         sizes = "ROWS=_r, BLOCK_C=_block_c"
     args = ", ".join([*launch_args(tensors, graph, names), "_rows", "_cols", *idx.args()])
     fwd += [
@@ -153,6 +149,23 @@ def forward_head(
     fwd += triton_reduce.wrapper_lines(graph, idx, tensors, names)
     fwd += ["if _rows * _cols == 0:", f"    return {outputs_tuple(graph)}"]
     return fwd
+
+
+def single_pass_sizes() -> list[str]:
+    """The forward's lines that size a single-pass tile per shape, from `_rows`, `_cols` and CONFIG's
+    ROWS and num_warps (each "auto" or a value): `_block_c`, `_r` and `_warps`."""
+    return [
+        "_block_c = triton.next_power_of_2(_cols)",
+        '_r = CONFIG["ROWS"]',
+        'if _r == "auto":  # tiles of up to 4096 elements, yet two waves of programs on 132 SMs',
+        "    _r = 1 << (max(1, min(4096 // _block_c, _rows // 264)).bit_length() - 1)",
+        "_r = max(1, min(_r, 16384 // _block_c))  # a cap: no tile beyond 16384 elements",
+        '_warps = CONFIG["num_warps"]',
+        'if _warps == "auto":',
+        "    _warps = 4 if _r * _block_c <= 2048 else 8 if _r * _block_c <= 8192 else 16",
+        "# a floor: at most 64 values a thread (one warp over a 16384-wide tile compiled past 180 s)",
+        "_warps = max(_warps, min(32, _r * _block_c // 2048))",
+    ]
 
 
 def _knobs(
@@ -401,4 +414,11 @@ def _closure(targets: list[str], producer: dict[str, Op], outside: set[str]) -> 
     return seen
 
 
-__all__ = ["FOLD", "MAX_SINGLE_PASS_COLS", "build", "forward_head"]
+__all__ = [
+    "FOLD",
+    "MAX_SINGLE_PASS_COLS",
+    "SINGLE_PASS_LIMIT_COLS",
+    "build",
+    "forward_head",
+    "single_pass_sizes",
+]

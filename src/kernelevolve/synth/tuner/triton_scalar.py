@@ -148,16 +148,7 @@ def build(graph: OpGraph, precision: str, looped: bool) -> Parts:
         fwd += ['_warps = CONFIG["num_warps"]']
         sizes = "ROWS=_r, CHUNK=_chunk, NCHUNK=triton.cdiv(_cols, _chunk)"
     else:
-        fwd += [
-            "_block_c = triton.next_power_of_2(_cols)",
-            '_r = CONFIG["ROWS"]',
-            'if _r == "auto":  # tiles of up to 4096 elements, yet two waves of programs on 132 SMs',
-            "    _r = 1 << (max(1, min(4096 // _block_c, _rows // 264)).bit_length() - 1)",
-            "_r = max(1, min(_r, 16384 // _block_c))  # a cap: no tile beyond 16384 elements",
-            '_warps = CONFIG["num_warps"]',
-            'if _warps == "auto":',
-            "    _warps = 4 if _r * _block_c <= 2048 else 8 if _r * _block_c <= 8192 else 16",
-        ]
+        fwd += triton_row.single_pass_sizes()
         sizes = "ROWS=_r, BLOCK_C=_block_c"
     launch = ", ".join([*[names.local(t.name) for t in tensors], "_part", "_rows", "_cols"])
     fwd += [
