@@ -14,10 +14,12 @@ low -> bf16 operands with fp32 accumulation. bf16/fp16 inputs always take the na
 
 A K loop of more than FOLD_ABOVE tiles sums in two levels (see FOLD_ABOVE).
 
-Its pieces (`parse`, `tile_lines`, `k_loop`, `finish_lines`, `forward_setup`, `launch_lines`) are
-what a template built on this kernel reuses.
+Its pieces (`parse`, `tile_lines`, `k_loop`, `finish_lines`, `forward_setup`, `launch_lines`) also
+write the split-K template (`triton_splitk.py`: few output tiles and a long K, K cut into ranges
+whose fp32 partials a second kernel sums before the epilogue), which falls back to this kernel.
 
-Not here: split-K, persistent or TMA/warp-specialized schedules, batch > 65535 (the grid's y limit).
+Not here: split-K (`triton_splitk.py`), persistent or TMA/warp-specialized schedules, batch > 65535
+(the grid's y limit).
 """
 
 from __future__ import annotations
