@@ -180,7 +180,7 @@ def test_the_epilogue_runs_once_on_the_full_sum(generated: dict[str, tuple[str, 
     total = source[source.index("def _gemm_sum_kernel(") : source.index("class ModelNew")]
     assert "fc_bias" not in partial and "erf" not in partial and "out0_ptr" not in partial
     assert "tl.store(ws_ptr + part + m2 * N + n2, acc, mask=mask)" in partial
-    assert "fc_bias" in total and "erf" in total and "for s in range(SPLITS):" in total
+    assert "fc_bias" in total and "erf" in total and "for s in tl.static_range(SPLITS):" in total
 
 
 def test_the_one_pass_kernel_is_the_gemm_templates_own(tmp_path: Path) -> None:

@@ -9,9 +9,10 @@ Here K is cut into SPLIT_K contiguous ranges, and the product takes two kernels:
   loop's two-level FOLD summation within the range) and stores its fp32 partial tile to a workspace
   [splits, batch, M, N] the forward allocates;
 - pass 2, a grid of (small tiles, batch): each program sums its tile's partials over the splits in
-  order (no atomics: the result does not depend on scheduling), then adds the bias, runs the
-  epilogue and stores the outputs exactly as the one-pass kernel does (`triton_gemm.finish_lines`):
-  the epilogue only ever sees the full sum.
+  order (no atomics: the result does not depend on scheduling; the loop unrolled, so the loads are
+  issued ahead of the chain of adds), then adds the bias, runs the epilogue and stores the outputs
+  exactly as the one-pass kernel does (`triton_gemm.finish_lines`): the epilogue only ever sees
+  the full sum.
 The dot precisions (`DOT`) are the one-pass kernel's (`triton_common.dot_lines`).
 
 One candidate serves every shape: the forward decides from the runtime shape. SPLIT_K "auto" asks
@@ -142,7 +143,7 @@ def _sum_kernel(g: Gemm) -> str:
         *EDGE,
         "part_ptrs = ws_ptr + z * M * N + m2 * N + n2",
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-        "for s in range(SPLITS):  # in order: the sum does not depend on scheduling",
+        "for s in tl.static_range(SPLITS):  # in order; unrolled, so the loads need not wait on the adds",
         "    acc += tl.load(part_ptrs, mask=mask, other=0.0)",
         "    part_ptrs += split_stride",
         *finish_lines(g),
