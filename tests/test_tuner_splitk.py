@@ -46,20 +46,22 @@ SMALL_TILE = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 1, "num_wa
 # Appended to a candidate so that only one path can run: a launch of a kernel set to None fails.
 SPLIT_ONLY = "\n_gemm_kernel = None  # the test's: the split path only\n"
 ONE_PASS_ONLY = "\n_gemm_partial_kernel = _gemm_sum_kernel = None  # the test's: the one-pass kernel only\n"
-# case: (reference, SPLIT_K, the small shape instead of its own, BLOCK_K, which path must run). The
-# interpreter's "auto" (4 SMs: 8 programs) splits a 32 x 32 output (4 tiles of 16 x 16; K = 2048: 64
-# slices) into 2 ranges, and leaves a 64 x 64 one (16 tiles) to the one-pass kernel; SPLIT_K 2 over K = 33,600 in 16-wide
-# slices gives ranges of 1050 slices, past FOLD_ABOVE: the two-level sum inside a range.
+# case: (reference, the configuration beyond SMALL_TILE, the small shape instead of its own, which
+# path must run). The interpreter's "auto" (4 SMs: 8 programs) splits a 32 x 32 output (4 tiles of
+# 16 x 16; K = 2048: 64 slices) into 2 ranges, and leaves a 64 x 64 one (16 tiles) to the one-pass
+# kernel; SPLIT_K 2 over K = 33,600 in 16-wide slices gives ranges of 1050 slices, past FOLD_ABOVE:
+# the two-level sum inside a range. The 3xTF32 dot runs the same kernel with DOT "tf32x3".
 CASES = {
-    "matmul@4": ("matmul", 4, None, 32, SPLIT_ONLY),
-    "ragged@4": ("ragged", 4, None, 32, SPLIT_ONLY),
-    "bmm@8": ("bmm", 8, None, 32, SPLIT_ONLY),
-    "linear-gelu@4": ("linear-gelu", 4, None, 32, SPLIT_ONLY),
-    "linear-gelu@16": ("linear-gelu", 16, None, 32, SPLIT_ONLY),
-    "matmul@auto": ("matmul", "auto", None, 32, SPLIT_ONLY),
-    "matmul@auto-many-tiles": ("matmul", "auto", (1, 64, 64, 2048), 32, ONE_PASS_ONLY),
-    "matmul@1": ("matmul", 1, None, 32, ONE_PASS_ONLY),
-    "fold@2": ("matmul", 2, (1, 16, 16, 33600), 16, SPLIT_ONLY),
+    "matmul@4": ("matmul", {"SPLIT_K": 4}, None, SPLIT_ONLY),
+    "matmul@4-tf32x3": ("matmul", {"SPLIT_K": 4, "DOT": "tf32x3"}, None, SPLIT_ONLY),
+    "ragged@4": ("ragged", {"SPLIT_K": 4}, None, SPLIT_ONLY),
+    "bmm@8": ("bmm", {"SPLIT_K": 8}, None, SPLIT_ONLY),
+    "linear-gelu@4": ("linear-gelu", {"SPLIT_K": 4}, None, SPLIT_ONLY),
+    "linear-gelu@16": ("linear-gelu", {"SPLIT_K": 16}, None, SPLIT_ONLY),
+    "matmul@auto": ("matmul", {"SPLIT_K": "auto"}, None, SPLIT_ONLY),
+    "matmul@auto-many-tiles": ("matmul", {"SPLIT_K": "auto"}, (1, 64, 64, 2048), ONE_PASS_ONLY),
+    "matmul@1": ("matmul", {"SPLIT_K": 1}, None, ONE_PASS_ONLY),
+    "fold@2": ("matmul", {"SPLIT_K": 2, "BLOCK_K": 16}, (1, 16, 16, 33600), SPLIT_ONLY),
 }
 
 
@@ -107,11 +109,11 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
     """Each case's split-K candidate: id -> (spec, source, the line that leaves the forward one path)."""
     tmp = tmp_path_factory.mktemp("splitk")
     out = {}
-    for case, (name, split, small, block_k, only) in CASES.items():
+    for case, (name, knobs, small, only) in CASES.items():
         path = _spec(tmp, name, small)
         graph = _graph(path)
         assert variants(graph) == ["triton-gemm-splitk", "triton-gemm"], (case, variants(graph))
-        config = {**SMALL_TILE, "BLOCK_K": block_k, "SPLIT_K": split}
+        config = {**SMALL_TILE, **knobs}
         out[case] = (str(path), generate(graph, config=config).source, only)
     return out
 
