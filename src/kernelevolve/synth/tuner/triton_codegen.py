@@ -21,7 +21,10 @@ Templates per pattern (`variants(graph)` lists them, the first is the default):
   row each, partials combined per row in fp64; the looped kernel where the runtime shape has many
   rows), see `triton_split.py`;
 - gemm: `triton-gemm` (tiled, GROUP_M swizzle, batched through the grid's second axis, bias and
-  epilogue fused before the store), see `triton_gemm.py`;
+  epilogue fused before the store), see `triton_gemm.py`; for few output tiles and a long K,
+  `triton-gemm-splitk` first (K cut into SPLIT_K ranges, fp32 partials summed in order by a second
+  kernel that runs the epilogue; the one-pass kernel where the runtime shape has enough tiles), see
+  `triton_splitk.py`;
 - conv: `triton-conv` (1-, 2- and 3-d convolutions as an implicit GEMM, groups through the grid's
   second axis, bias and epilogue fused), see `triton_conv.py`; for a transposed one with a stride > 1
   and dilation 1, `triton-conv-phased` (one GEMM per output phase over only the taps that reach it,
@@ -44,7 +47,7 @@ cannot loop to a run-time bound, and the compiled kernel is specialized per shap
 
 Generated code is ours, not a candidate's: it still passes the candidate guards
 (`evaluate.guards.check_source`), and the harness evaluates it like any other candidate. Not here:
-backward passes, fp64, split-K schedules (see ir.py for what
+backward passes, fp64, stream-K schedules (see ir.py for what
 the tracer recognizes at all).
 """
 
@@ -65,6 +68,7 @@ from kernelevolve.synth.tuner import (
     triton_scalar,
     triton_scan,
     triton_split,
+    triton_splitk,
     triton_stages,
 )
 from kernelevolve.synth.tuner.ir import Generated, OpGraph
@@ -250,6 +254,7 @@ TEMPLATES: dict[str, tuple[str, Builder, Callable[[OpGraph], bool]]] = {
     "triton-row": ("row", lambda g, p: triton_row.build(g, p, looped=False), _always),
     "triton-row-looped": ("row", lambda g, p: triton_row.build(g, p, looped=True), _always),
     "triton-row-split": ("row", triton_split.build, triton_split.applies),
+    "triton-gemm-splitk": ("gemm", triton_splitk.build, triton_splitk.applies),
     "triton-gemm": ("gemm", triton_gemm.build, _always),
     "triton-conv-depthwise": ("conv", triton_depthwise.build, triton_depthwise.applies),
     "triton-conv": ("conv", triton_conv.build, _always),

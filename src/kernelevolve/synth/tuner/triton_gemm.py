@@ -14,12 +14,19 @@ low -> bf16 operands with fp32 accumulation. bf16/fp16 inputs always take the na
 
 A K loop of more than FOLD_ABOVE tiles sums in two levels (see FOLD_ABOVE).
 
-Not here: split-K, persistent or TMA/warp-specialized schedules, batch > 65535 (the grid's y limit).
+Its pieces (`parse`, `tile_lines`, `k_loop`, `finish_lines`, `forward_setup`, `launch_lines`) also
+write the split-K template (`triton_splitk.py`: few output tiles and a long K, K cut into ranges
+whose fp32 partials a second kernel sums before the epilogue), which falls back to this kernel.
+
+Not here: split-K (`triton_splitk.py`), persistent or TMA/warp-specialized schedules, batch > 65535
+(the grid's y limit).
 """
 
 from __future__ import annotations
 
-from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
+from dataclasses import dataclass
+
+from kernelevolve.synth.tuner.ir import Op, OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_common import (
     DOT_CHOICES,
     HALF_DTYPES,
@@ -90,45 +97,68 @@ def gemm_drafts(
     return out
 
 
-def build(graph: OpGraph, precision: str) -> Parts:
+@dataclass
+class Gemm:
+    """A gemm graph's pieces, as the GEMM kernels are written from them (here and `triton_splitk`)."""
+
+    graph: OpGraph
+    names: Names
+    a: TensorArg
+    b: TensorArg
+    bias: TensorArg | None
+    epilogue: list[TensorArg]  # tensors the epilogue reads
+    ops: list[Op]  # the epilogue's ops
+    native: bool  # half operands: the native dot
+    dots: list[str]
+
+    @property
+    def ptrs(self) -> list[str]:
+        """The kernel's pointer parameters: a, b, the bias, the epilogue's tensors, the outputs."""
+        names = self.names
+        ptrs = [names.ptr(self.a.name), names.ptr(self.b.name)]
+        ptrs += [names.ptr(self.bias.name)] if self.bias else []
+        return ptrs + [names.ptr(t.name) for t in self.epilogue] + self.out_ptrs
+
+    @property
+    def out_ptrs(self) -> list[str]:
+        return [f"out{i}_ptr" for i in range(len(self.graph.outputs))]
+
+
+def parse(graph: OpGraph, precision: str) -> Gemm:
     check_graph(graph, "gemm")
     gi = graph.gemm
     if gi is None:
         raise CodegenError("a gemm graph without its GemmInfo")
-    names = Names(graph)
     by_name = {t.name: t for t in graph.tensors}
     for role, name in (("a", gi.a), ("b", gi.b), ("bias", gi.bias)):
         if name is not None and name not in by_name:
             raise CodegenError(f"gemm {role} {name!r} is not one of the graph's tensors")
     a, b = by_name[gi.a], by_name[gi.b]
-    bias = by_name[gi.bias] if gi.bias else None
     live = needed(graph, graph.outputs)
     epilogue = [t for t in graph.tensors if t.name in live and t.name not in (gi.a, gi.b, gi.bias)]
-    ops = [op for op in graph.ops if op.out in live]
     native = a.dtype == b.dtype and a.dtype in HALF_DTYPES
-    dots = ["native"] if native else DOT_CHOICES[precision]
+    return Gemm(
+        graph,
+        Names(graph),
+        a,
+        b,
+        by_name[gi.bias] if gi.bias else None,
+        epilogue,
+        [op for op in graph.ops if op.out in live],
+        native,
+        ["native"] if native else DOT_CHOICES[precision],
+    )
 
-    ptrs = [names.ptr(a.name), names.ptr(b.name)] + ([names.ptr(bias.name)] if bias else [])
-    ptrs += [names.ptr(t.name) for t in epilogue] + [f"out{i}_ptr" for i in range(len(graph.outputs))]
-    params = [
-        *ptrs,
-        "M",
-        "N",
-        "K",
-        "stride_az",
-        "stride_am",
-        "stride_ak",
-        "stride_bz",
-        "stride_bk",
-        "stride_bn",
-    ]
-    params += [
-        f"{k}: tl.constexpr"
-        for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "K_TILES", "EVEN_K", "DOT", "FOLD")
-    ]
-    cast_a = "" if native or a.dtype == "float32" else ".to(tl.float32)"
-    cast_b = "" if native or b.dtype == "float32" else ".to(tl.float32)"
-    body = [
+
+# The K loop's constexprs, after BLOCK_M and BLOCK_N.
+LOOP_CONSTS = ("BLOCK_K", "GROUP_M", "K_TILES", "EVEN_K", "DOT", "FOLD")
+STRIDES = ["stride_az", "stride_am", "stride_ak", "stride_bz", "stride_bk", "stride_bn"]
+
+
+def tile_lines(g: Gemm) -> list[str]:
+    """The program's tile (GROUP_M swizzle) and batch, its rows and columns, a and b's first K slice."""
+    a_ptr, b_ptr = g.names.ptr(g.a.name), g.names.ptr(g.b.name)
+    return [
         "pid = tl.program_id(0)",
         "z = tl.program_id(1).to(tl.int64)",
         "num_pid_m = tl.cdiv(M, BLOCK_M)",
@@ -143,8 +173,17 @@ def build(graph: OpGraph, precision: str) -> Parts:
         "rk = tl.arange(0, BLOCK_K)",
         "am = rm % M  # past the edge: wrap, so loads need no mask (the store has one)",
         "bn = rn % N",
-        f"a_ptrs = {ptrs[0]} + z * stride_az + am[:, None] * stride_am + rk[None, :] * stride_ak",
-        f"b_ptrs = {ptrs[1]} + z * stride_bz + rk[:, None] * stride_bk + bn[None, :] * stride_bn",
+        f"a_ptrs = {a_ptr} + z * stride_az + am[:, None] * stride_am + rk[None, :] * stride_ak",
+        f"b_ptrs = {b_ptr} + z * stride_bz + rk[:, None] * stride_bk + bn[None, :] * stride_bn",
+    ]
+
+
+def k_loop(g: Gemm, left: str = "K") -> list[str]:
+    """acc = the sum over K_TILES slices from a_ptrs/b_ptrs on, in fp32 (two levels past FOLD);
+    `left` is how much of K is left at the first slice (the masks' bound where not EVEN_K)."""
+    cast_a = "" if g.native or g.a.dtype == "float32" else ".to(tl.float32)"
+    cast_b = "" if g.native or g.b.dtype == "float32" else ".to(tl.float32)"
+    return [
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         "if FOLD > 0:  # a long K loop: acc takes FOLD tiles, then joins the total",
         "    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
@@ -153,8 +192,8 @@ def build(graph: OpGraph, precision: str) -> Parts:
         f"        a = tl.load(a_ptrs){cast_a}",
         f"        b = tl.load(b_ptrs){cast_b}",
         "    else:",
-        f"        a = tl.load(a_ptrs, mask=rk[None, :] < K - kt * BLOCK_K, other=0.0){cast_a}",
-        f"        b = tl.load(b_ptrs, mask=rk[:, None] < K - kt * BLOCK_K, other=0.0){cast_b}",
+        f"        a = tl.load(a_ptrs, mask=rk[None, :] < {left} - kt * BLOCK_K, other=0.0){cast_a}",
+        f"        b = tl.load(b_ptrs, mask=rk[:, None] < {left} - kt * BLOCK_K, other=0.0){cast_b}",
         *dot_lines(),
         "    a_ptrs += BLOCK_K * stride_ak",
         "    b_ptrs += BLOCK_K * stride_bk",
@@ -164,41 +203,48 @@ def build(graph: OpGraph, precision: str) -> Parts:
         "            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         "if FOLD > 0:",
         "    acc = total + acc",
-        "m2 = rm[:, None]",
-        "n2 = rn[None, :]",
-        "mask = (m2 < M) & (n2 < N)",
     ]
+
+
+EDGE = ["m2 = rm[:, None]", "n2 = rn[None, :]", "mask = (m2 < M) & (n2 < N)"]
+
+
+def finish_lines(g: Gemm) -> list[str]:
+    """From the full sum `acc` (fp32) on: the bias, the epilogue, the stores (needs z, m2, n2, mask)."""
+    names = g.names
     acc = names.var("acc")
-    if bias:
-        body.append(
-            f"{acc} = acc + tl.load({names.ptr(bias.name)} + n2, mask=n2 < N, other=0.0).to(tl.float32)"
-        )
+    if g.bias:
+        bias = names.ptr(g.bias.name)
+        body = [f"{acc} = acc + tl.load({bias} + n2, mask=n2 < N, other=0.0).to(tl.float32)"]
     else:
-        body.append(f"{acc} = acc")
+        body = [f"{acc} = acc"]
     offsets = {"full": "z * M * N + m2 * N + n2", "col": "n2", "row": "z * M + m2"}
     masks = {"full": "mask", "col": "n2 < N", "row": "m2 < M"}
-    body += [load(t, names, offsets, masks) for t in epilogue]
-    body += [f"{names.var(op.out)} = {op_expr(op, names)}" for op in ops]
-    for i, out in enumerate(graph.outputs):
-        body.append(
-            store(i, names.var(out), graph.layout_of(out), offsets["full"], "mask", "[BLOCK_M, BLOCK_N]")
-        )
+    body += [load(t, names, offsets, masks) for t in g.epilogue]
+    body += [f"{names.var(op.out)} = {op_expr(op, names)}" for op in g.ops]
+    for i, out in enumerate(g.graph.outputs):
+        layout = g.graph.layout_of(out)
+        body.append(store(i, names.var(out), layout, offsets["full"], "mask", "[BLOCK_M, BLOCK_N]"))
+    return body
+
+
+def build(graph: OpGraph, precision: str) -> Parts:
+    g = parse(graph, precision)
+    params = [*g.ptrs, "M", "N", "K", *STRIDES]
+    params += [f"{k}: tl.constexpr" for k in ("BLOCK_M", "BLOCK_N", *LOOP_CONSTS)]
+    body = [*tile_lines(g), *k_loop(g), *EDGE, *finish_lines(g)]
     kernel = jit_function("_gemm_kernel", params, body)
 
-    fwd = _forward(graph, names, a, b, bias, epilogue)
-    tunables, defaults = _knobs(graph, dots, native)
-    drafts = gemm_drafts(tunables, defaults, precision, native)
-    return Parts([kernel], fwd, tunables, defaults, helpers_for(ops), ("BLOCK_M", "BLOCK_N"), drafts)
+    fwd = forward_setup(g) + launch_lines(g)
+    tunables, defaults = knobs(graph, g.dots, g.native)
+    drafts = gemm_drafts(tunables, defaults, precision, g.native)
+    return Parts([kernel], fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"), drafts)
 
 
-def _forward(
-    graph: OpGraph,
-    names: Names,
-    a: TensorArg,
-    b: TensorArg,
-    bias: TensorArg | None,
-    epilogue: list[TensorArg],
-) -> list[str]:
+def forward_setup(g: Gemm) -> list[str]:
+    """The forward up to the launch: a and b as [batch, M, K] / [batch, K, N] views with their strides
+    (`_a`, `_b`, `_M`, `_N`, `_K`, `_batch`, `_saz`.. `_sbn`), the outputs, the tile (`_bm`.. `_bk`)."""
+    graph, names, a, b, bias, epilogue = g.graph, g.names, g.a, g.b, g.bias, g.epilogue
     gi = graph.gemm
     assert gi is not None
     args = forward_args(graph)
@@ -258,12 +304,20 @@ def _forward(
     leading = f"(*{la}.shape[:-2], _M, _N)" if km else f"(*{la}.shape[:-1], _N)"
     shape = f"{names.local(full[0].name)}.shape" if full and not graph.out_view else leading
     lines += [f"_shape = {shape}", f"_device = {la}.device", *allocate(graph, "_shape")]
-    launch = ["_a", "_b"] + [names.local(t.name) for t in [*([bias] if bias else []), *epilogue]]
-    launch += [f"_out{i}" for i in range(len(graph.outputs))]
     lines += [
         "if _out0.numel() == 0:",
         f"    return {outputs_tuple(graph)}",
         '_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]',
+    ]
+    return lines
+
+
+def launch_lines(g: Gemm) -> list[str]:
+    """The one-pass kernel's launch, and the forward's return."""
+    names, bias, graph = g.names, g.bias, g.graph
+    launch = ["_a", "_b"] + [names.local(t.name) for t in [*([bias] if bias else []), *g.epilogue]]
+    launch += [f"_out{i}" for i in range(len(graph.outputs))]
+    return [
         "_kt = triton.cdiv(_K, _bk)",
         f"_fold = 0 if _kt <= {FOLD_ABOVE} else 1 << ((_kt.bit_length() + 1) // 2)  # about sqrt(K tiles)",
         "_gemm_kernel[(triton.cdiv(_M, _bm) * triton.cdiv(_N, _bn), _batch)](",
@@ -275,10 +329,9 @@ def _forward(
         ")",
         f"return {outputs_tuple(graph)}",
     ]
-    return lines
 
 
-def _knobs(
+def knobs(
     graph: OpGraph, dots: list[str], native: bool
 ) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
     m = max((graph.rows[k] // max(1, graph.batch.get(k, 1)) for k in graph.rows), default=4096)
@@ -307,4 +360,7 @@ def _knobs(
     return tunables, defaults
 
 
-__all__ = ["FAST_DOT", "FP32_PRESETS", "HALF_PRESETS", "build", "gemm_drafts"]
+__all__ = [
+    "FAST_DOT", "FP32_PRESETS", "HALF_PRESETS", "Gemm", "build", "finish_lines", "forward_setup", "gemm_drafts",
+    "k_loop", "knobs", "launch_lines", "parse", "tile_lines",
+]  # fmt: skip
