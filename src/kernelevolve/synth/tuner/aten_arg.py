@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelevolve.synth.tuner.aten_reduce import ReduceMapper, _name, _named
+from kernelevolve.synth.tuner.aten_graph import op_name
+from kernelevolve.synth.tuner.aten_reduce import ReduceMapper, _named
 from kernelevolve.synth.tuner.aten_values import Unsupported
 from kernelevolve.synth.tuner.ir import ARG_OPS, ELEMENTWISE_OPS, OpGraph
 
@@ -50,7 +51,7 @@ class ArgMapper(ReduceMapper):
         super().__init__(gm, *args)
 
     def visit(self, node: Any) -> Any:
-        name = _name(node)
+        name = op_name(node)
         if name not in ARG_OPS:
             return super().visit(node)
         a = _named(node)
@@ -106,7 +107,7 @@ class ArgMapper(ReduceMapper):
 
 
 def is_arg(node: Any) -> bool:
-    return _name(node) in ARG_OPS
+    return op_name(node) in ARG_OPS
 
 
 __all__ = ["ArgMapper", "is_arg"]

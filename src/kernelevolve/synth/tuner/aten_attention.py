@@ -27,12 +27,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kernelevolve.synth.tuner.aten_graph import op_name
+
 # Views between a scaled operand and its bmm (the decomposition's expand and 3-d view).
 _THROUGH = {"expand", "view", "_unsafe_view", "reshape", "clone"}
-
-
-def _name(node: Any) -> str:
-    return str(getattr(node.target, "__name__", str(node.target))).split(".")[0]
 
 
 def _call(node: Any) -> bool:
@@ -40,14 +38,14 @@ def _call(node: Any) -> bool:
 
 
 def _is(node: Any, name: str) -> bool:
-    return _call(node) and _name(node) == name
+    return _call(node) and op_name(node) == name
 
 
 def _scaled_operand(arg: Any) -> tuple[Any, Any, float] | None:
     """(the view chain's first node, the mul, its scale) where `arg` is views of `x * c` (c a
     Python number, the mul and every view read only there); None otherwise."""
     node, first = arg, None
-    while _call(node) and _name(node) in _THROUGH and len(node.users) == 1:
+    while _call(node) and op_name(node) in _THROUGH and len(node.users) == 1:
         first, node = node, node.args[0]
     if first is None or not _is(node, "mul") or len(node.users) != 1:
         return None
@@ -76,7 +74,7 @@ def _hoist_scales(graph: Any) -> bool:
         # Scaled after the view back to the batch dims (as a reference scales its scores), which
         # the mappers read as the GEMM's epilogue on its output.
         out = bmm
-        while len(out.users) == 1 and _name(next(iter(out.users))) in ("view", "_unsafe_view"):
+        while len(out.users) == 1 and op_name(next(iter(out.users))) in ("view", "_unsafe_view"):
             out = next(iter(out.users))
         with graph.inserting_after(out):
             scaled = graph.call_function(torch.ops.aten.mul.Tensor, (out, total))
@@ -128,7 +126,7 @@ def _guard_by_amax(graph: Any) -> bool:
 
 def _leaf_chain(node: Any) -> bool:
     """Whether `node` is slices and views of a placeholder (a forward argument or a parameter)."""
-    while _call(node) and _name(node) in {"slice", *_THROUGH}:
+    while _call(node) and op_name(node) in {"slice", *_THROUGH}:
         node = node.args[0]
     return getattr(node, "op", None) == "placeholder"
 

@@ -4,7 +4,7 @@
 node), the traced module's attribute of that name. `StandIn` is such a module for a rewritten graph:
 its own `.graph`, every other attribute looked up on the module it was made from. `copy_graph`
 copies a graph's nodes (all of them, or a part with one value turned into an input) into a new fx
-graph. `stages.py` cuts a graph into a pipeline this way; `aten_squeeze.py` maps a copy whose
+graph. `op_name` is a node's op as the rewrites and mappers match it. `stages.py` cuts a graph into a pipeline this way; `aten_squeeze.py` maps a copy whose
 values have their shapes projected.
 
 Deliberately not here: which nodes to copy or what to rewrite in them (the callers decide), and
@@ -28,6 +28,12 @@ class StandIn:
         if name.startswith("__") or self._owner is None:
             raise AttributeError(name)
         return getattr(self._owner, name)
+
+
+def op_name(node: Any) -> str:
+    """An fx node's op without its namespace or overload ("bmm" for aten.bmm.default; a
+    placeholder's or output's target as text)."""
+    return str(getattr(node.target, "__name__", str(node.target))).split(".")[0]
 
 
 def copy_graph(placeholders: list[Any], body: list[Any], output: Any, mid: Any = None) -> Any:
@@ -56,4 +62,4 @@ def copy_graph(placeholders: list[Any], body: list[Any], output: Any, mid: Any =
     return g
 
 
-__all__ = ["StandIn", "copy_graph"]
+__all__ = ["StandIn", "copy_graph", "op_name"]

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from kernelevolve.synth.tuner import aten_mask, aten_misc
+from kernelevolve.synth.tuner import aten_graph, aten_mask, aten_misc
 from kernelevolve.synth.tuner.aten_composite import CompositeMapping
 from kernelevolve.synth.tuner.aten_conv import ConvMapping
 from kernelevolve.synth.tuner.aten_gemm import GemmMapping
@@ -324,7 +324,7 @@ class GraphMapper(GemmMapping, ConvMapping, PoolMapping, CompositeMapping):
         kw = dict(node.kwargs)
         if node.target is operator.getitem:
             return args[0][args[1]]
-        name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+        name = aten_graph.op_name(node)
         if not str(getattr(node.target, "namespace", "aten")) == "aten":
             raise Unsupported(f"{node.target} is not templated")
         if name in _POOLS:  # before the dtype check: max pooling's unread indices are int64

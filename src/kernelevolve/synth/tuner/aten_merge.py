@@ -20,13 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelevolve.synth.tuner.aten_graph import op_name
+
 _PLAIN = {"sum", "mean", "amax", "amin", "logsumexp"}
 _SOFTMAX = {"_softmax", "_log_softmax"}
 _VIEWS = {"view", "_unsafe_view", "reshape"}
-
-
-def _name(node: Any) -> str:
-    return str(getattr(node.target, "__name__", str(node.target))).split(".")[0]
 
 
 def _groups(merged: tuple[int, ...], base: tuple[int, ...]) -> list[list[int]] | None:
@@ -60,13 +58,13 @@ def split_merged_reductions(gm: Any) -> Any:
     graph = gm.graph
     changed = False
     for node in list(graph.nodes):
-        name = _name(node)
+        name = op_name(node)
         if node.op != "call_function" or name not in _PLAIN | _SOFTMAX or not node.args:
             continue
         x = node.args[0]
         if (
             getattr(x, "op", None) != "call_function"
-            or _name(x) not in _VIEWS
+            or op_name(x) not in _VIEWS
             or not hasattr(x.args[0], "meta")
         ):
             continue

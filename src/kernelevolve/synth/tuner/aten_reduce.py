@@ -45,6 +45,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from kernelevolve.synth.tuner.aten_graph import op_name
 from kernelevolve.synth.tuner.aten_map import GraphMapper
 from kernelevolve.synth.tuner.aten_values import (
     Unsupported,
@@ -69,10 +70,6 @@ _BATCH_NORMS = {
 }
 
 
-def _name(node: Any) -> str:
-    return getattr(node.target, "__name__", str(node.target)).split(".")[0]
-
-
 def _named(node: Any) -> dict[str, Any]:
     """A call's arguments by their schema names (fx nodes, not yet mapped)."""
     schema = getattr(node.target, "_schema", None)
@@ -92,7 +89,7 @@ def _dims(dims: Any, rank: int) -> tuple[int, ...]:
 
 def _reduction(node: Any) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
     """(domain D, reduced dims of D, groups) of a reducing node, None for other nodes."""
-    name = _name(node)
+    name = op_name(node)
     if node.op != "call_function" or not node.args or not hasattr(node.args[0], "meta"):
         return None
     x = node.args[0]
@@ -125,7 +122,7 @@ def _reduction(node: Any) -> tuple[tuple[int, ...], tuple[int, ...], int] | None
 
 def _instance_base(x: Any) -> tuple[int, ...] | None:
     """The shape [N, C, *S] of the value a batch norm's input [1, N * C, *S] views, if it does."""
-    if _name(x) not in ("view", "_unsafe_view", "reshape") or not hasattr(x.args[0], "meta"):
+    if op_name(x) not in ("view", "_unsafe_view", "reshape") or not hasattr(x.args[0], "meta"):
         return None
     base, d = _shape(x.args[0]), _shape(x)
     if len(base) >= 3 and d == (1, base[0] * base[1], *base[2:]):
@@ -383,7 +380,7 @@ class ReduceMapper(GraphMapper):
             raise Unsupported("a batch norm and a reduction over other dims in one graph are not templated")
         eps = float(a["eps"])
         w, b = self.channel(a.get("weight")), self.channel(a.get("bias"))
-        training = bool(a.get("training", False)) and _name(node) != "_native_batch_norm_legit_no_training"
+        training = bool(a.get("training", False)) and op_name(node) != "_native_batch_norm_legit_no_training"
         if training or instance:
             y = self.normalize(x, eps, w, b)
         else:
@@ -419,7 +416,7 @@ class ReduceMapper(GraphMapper):
     def visit(self, node: Any) -> Any:
         if node in self.skipped:
             return _NoValue("a module buffer's update (batch norm's running statistics)")
-        name = _name(node)
+        name = op_name(node)
         if name not in {"native_group_norm", "linalg_vector_norm", "max", "min", "sum", "mean", "amax", "amin",
                         *_BATCH_NORMS}:  # fmt: skip
             return super().visit(node)
@@ -507,7 +504,7 @@ def _buffer_updates(gm: Any, sources: list[str]) -> set[Any]:
             continue
         if all(
             u in skipped
-            or (_name(u).startswith("copy") and u.args and u.args[0] in buffers and u.args[0] is not node)
+            or (op_name(u).startswith("copy") and u.args and u.args[0] in buffers and u.args[0] is not node)
             for u in node.users
         ):
             skipped.add(node)

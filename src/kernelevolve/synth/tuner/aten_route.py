@@ -18,8 +18,9 @@ from typing import Any
 
 from kernelevolve.synth.tuner import aten_squeeze
 from kernelevolve.synth.tuner.aten_arg import ArgMapper, is_arg
+from kernelevolve.synth.tuner.aten_graph import op_name
 from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported
-from kernelevolve.synth.tuner.aten_reduce import _MAIN_OPS, _PLAIN, ReduceMapper, _name, _reduction, _shape
+from kernelevolve.synth.tuner.aten_reduce import _MAIN_OPS, _PLAIN, ReduceMapper, _reduction, _shape
 
 
 def mapper_for(gm: Any, sources: list[str], forward_args: list[str]) -> GraphMapper:
@@ -44,7 +45,7 @@ def mapper_for(gm: Any, sources: list[str], forward_args: list[str]) -> GraphMap
     def plain(node: Any, r: tuple[tuple[int, ...], tuple[int, ...], int]) -> bool:
         d, dims, groups = r
         return (
-            (_name(node) in _PLAIN or _name(node) == "native_layer_norm")
+            (op_name(node) in _PLAIN or op_name(node) == "native_layer_norm")
             and groups == 1
             and d == o
             and len(d) > 0
@@ -53,12 +54,12 @@ def mapper_for(gm: Any, sources: list[str], forward_args: list[str]) -> GraphMap
 
     if all(plain(n, r) for n, r in found):
         return GraphMapper(gm, sources, forward_args)
-    main = next((n for n in nodes if _name(n) in _MAIN_OPS), None)
+    main = next((n for n in nodes if op_name(n) in _MAIN_OPS), None)
     if main is not None:
-        m = _name(main)
+        m = op_name(main)
         what = "matmul" if m in ("mm", "addmm", "bmm") else "convolution" if m == "convolution" else "pooling"
         raise Unsupported(
-            f"aten.{_name(found[0][0])} with a {what} in the graph: only an elementwise epilogue is templated "
+            f"aten.{op_name(found[0][0])} with a {what} in the graph: only an elementwise epilogue is templated "
             f"after a {what}, and reductions are templated of the graph's inputs"
         )
     d, dims, groups = arg or found[0][1]

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelevolve.synth.tuner.aten_graph import StandIn, copy_graph
+from kernelevolve.synth.tuner.aten_graph import StandIn, copy_graph, op_name
 from kernelevolve.synth.tuner.aten_map import GraphMapper, Unsupported
-from kernelevolve.synth.tuner.aten_reduce import _MAIN_OPS, _name, _reduction
+from kernelevolve.synth.tuner.aten_reduce import _MAIN_OPS, _reduction
 from kernelevolve.synth.tuner.aten_values import _unit_view
 from kernelevolve.synth.tuner.ir import OpGraph
 
@@ -111,7 +111,7 @@ def applies(gm: Any) -> bool:
         "t",
     }
     return not any(
-        _reduction(n) is not None or _name(n) in _MAIN_OPS or _name(n) in taking_dims for n in nodes
+        _reduction(n) is not None or op_name(n) in _MAIN_OPS or op_name(n) in taking_dims for n in nodes
     )
 
 

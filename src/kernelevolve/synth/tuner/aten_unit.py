@@ -18,11 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelevolve.synth.tuner.aten_graph import op_name
+
 _COPIES = {"sum", "mean", "amax", "amin", "logsumexp", "max", "min"}
-
-
-def _name(node: Any) -> str:
-    return str(getattr(node.target, "__name__", str(node.target))).split(".")[0]
 
 
 def _unit_dims(node: Any) -> bool:
@@ -40,7 +38,7 @@ def _unit_dims(node: Any) -> bool:
     ):
         return False
     dim = named.get("dim")
-    if _name(node) in ("max", "min") and not isinstance(dim, int):
+    if op_name(node) in ("max", "min") and not isinstance(dim, int):
         return False  # max(x) over every dim returns one value; max(x, y) is elementwise
     rank = len(x.shape)
     dims = range(rank) if dim is None or (isinstance(dim, list | tuple) and not dim) else (
@@ -58,7 +56,7 @@ def drop_unit_reductions(gm: Any) -> Any:
     graph = gm.graph
     changed = False
     for node in list(graph.nodes):
-        if node.op != "call_function" or _name(node) not in _COPIES or not _unit_dims(node):
+        if node.op != "call_function" or op_name(node) not in _COPIES or not _unit_dims(node):
             continue
         val = node.meta.get("val")
         pair = isinstance(val, tuple | list)  # max/min: (values, indices)

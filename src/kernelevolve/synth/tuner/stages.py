@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kernelevolve.synth.tuner.aten_graph import StandIn, copy_graph
+from kernelevolve.synth.tuner.aten_graph import StandIn, copy_graph, op_name
 from kernelevolve.synth.tuner.aten_map import _TRANSPOSES, _VIEWS, FLOAT_DTYPES, GraphMapper, Unsupported
 from kernelevolve.synth.tuner.aten_pool import _POOLS
 from kernelevolve.synth.tuner.describe import describe
@@ -110,7 +110,7 @@ def _split(
             a in placeholders or a in free for a in n.all_input_nodes
         ):
             free.add(n)
-    mains = {n for n in nodes if _name(n) in _MAIN_OPS}  # a template has one at most: prune cuts
+    mains = {n for n in nodes if op_name(n) in _MAIN_OPS}  # a template has one at most: prune cuts
     why = ""
     for cut in reversed(nodes):
         if budget[0] <= 0:
@@ -166,17 +166,17 @@ def _attention(graph: Any) -> str:
     nodes = [n for n in graph.nodes if n.op == "call_function"]
     after: set[Any] = set()  # nodes computed from a matmul's result
     for n in nodes:
-        if _name(n) in _MATMULS or any(a in after for a in n.all_input_nodes):
+        if op_name(n) in _MATMULS or any(a in after for a in n.all_input_nodes):
             after.add(n)
     for n in nodes:
-        if _name(n) in ("_softmax", "_safe_softmax") and n in after:
+        if op_name(n) in ("_softmax", "_safe_softmax") and n in after:
             feeds, stack, seen = False, list(n.users), set()
             while stack and not feeds:
                 u = stack.pop()
                 if u in seen:  # a node reached twice (a value used twice) is walked once
                     continue
                 seen.add(u)
-                feeds = _name(u) in _MATMULS
+                feeds = op_name(u) in _MATMULS
                 stack.extend(u.users)
             if feeds:
                 return (
@@ -188,12 +188,8 @@ def _attention(graph: Any) -> str:
     return ""
 
 
-def _name(n: Any) -> str:
-    return str(getattr(n.target, "__name__", str(n.target))).split(".")[0]
-
-
 def _is_view(n: Any) -> bool:
-    return _name(n).removesuffix("_") in _VIEWS or _name(n) in _TRANSPOSES
+    return op_name(n).removesuffix("_") in _VIEWS or op_name(n) in _TRANSPOSES
 
 
 def _float_tensor(n: Any) -> bool:
