@@ -141,9 +141,10 @@ def peak_memory(state: Prepared) -> int | None:
 def measure_noise(state: Prepared, st: ShapeState, probe: list[Any], torch: Any) -> None:
     """How far torch.compile's outputs on the probe are from eager's (`correctness.reference_noise`),
     measured before any candidate exists (under the device's lease, as the reference's outputs are),
-    and noted where an output is ill-conditioned (`NOISE_ILL`). Only for a reference that gives the same bits twice: a random one (dropout in training mode) or
-    a nondeterministic one differs from its compiled form by more than rounding, and its tolerance
-    stays as it is. Not for outputs above `NOISE_MAX_BYTES` in all (three copies are held)."""
+    and noted where an output is ill-conditioned (`NOISE_ILL`). Only for a reference that gives the
+    same bits twice: a random one (dropout in training mode) or a nondeterministic one differs from
+    its compiled form by more than rounding, and its tolerance stays as it is. Not for outputs above
+    `NOISE_MAX_BYTES` in all (three copies are held)."""
     from kernelevolve.evaluate.correctness import (
         NOISE_FACTOR,
         NOISE_ILL,
@@ -173,7 +174,7 @@ def measure_noise(state: Prepared, st: ShapeState, probe: list[Any], torch: Any)
     for j, noise in enumerate(st.noise):
         if noise >= NOISE_ILL:
             state.notes.append(
-                f"shape {st.shape.name}, output {j}: torch.compile's is {noise:.2g} (relative norm) from "
+                f"shape {name}, output {j}: torch.compile's is {noise:.2g} (relative norm) from "
                 f"eager's on the probe inputs, an ill-conditioned output; it is judged within "
                 f"{NOISE_FACTOR:g}x that"
             )
