@@ -21,7 +21,7 @@ from kernelevolve.synth.tuner import c_codegen
 from kernelevolve.synth.tuner.ir import OpGraph
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
-from tests.tuner_interp import interpret, on_cuda
+from tests.tuner_interp import interpret, on_cuda, recognized, stage_config
 
 HEADER = "import math\n\nimport torch\nimport torch.nn as nn\n\n"
 SMALL = {
@@ -68,20 +68,12 @@ def _spec(tmp: Path, name: str, init: str, body: str, shape: tuple[int, ...]) ->
     return path
 
 
-def _small(template: str) -> dict[str, int | str]:
-    return {f"s{k}_{key}": v for k, name in enumerate(template.split("+")) for key, v in SMALL[name].items()}
-
-
 @pytest.fixture(scope="module")
 def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, OpGraph]]:
     tmp = tmp_path_factory.mktemp("attention")
-    out = {}
-    for name, (init, body, shape, _) in REFERENCES.items():
-        path = _spec(tmp, name, init, body, shape)
-        graph, why = recognize(load_spec(path))
-        assert graph is not None, why
-        out[name] = (str(path), graph)
-    return out
+    return recognized(
+        {name: _spec(tmp, name, init, body, shape) for name, (init, body, shape, _) in REFERENCES.items()}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +87,7 @@ def interpreted(
         names = variants(graph)
         for template in names:
             generated[f"{name}@{template}"] = (path, generate(graph, template=template).source)
-        generated[f"{name}@small"] = (path, generate(graph, config=_small(names[0])).source)
+        generated[f"{name}@small"] = (path, generate(graph, config=stage_config(names[0], SMALL)).source)
         drafts = generate(graph).drafts
         assert drafts and "tf32x3" in [v for key, v in drafts[0].items() if key.endswith("_DOT")]
         generated[f"{name}@draft"] = (path, generate(graph, config=drafts[0]).source)

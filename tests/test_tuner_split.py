@@ -24,7 +24,7 @@ from kernelevolve.synth.tuner import triton_split
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
 from kernelevolve.synth.tuner.triton_common import CodegenError
-from tests.tuner_interp import interpret, interpret_script
+from tests.tuner_interp import interpret_forced, interpret_script
 
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 # KernelBench level 1's 40_LayerNorm: 16 rows of 4,194,304 values.
@@ -156,8 +156,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
 def interpreted(
     generated: dict[str, tuple[str, str, str]], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:
-    cases = {case: (spec, source + only) for case, (spec, source, only) in generated.items()}
-    return interpret(cases, tmp_path_factory.mktemp("split-run"), tol=1e-5)
+    return interpret_forced(generated, tmp_path_factory.mktemp("split-run"), tol=1e-5)
 
 
 CASES = [*REFERENCES, *EXTRA, "conv-batchnorm"]

@@ -24,7 +24,7 @@ from kernelevolve.synth.tuner import triton_gemm, triton_splitk
 from kernelevolve.synth.tuner.ir import GemmInfo, OpGraph, TensorArg
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
-from tests.tuner_interp import interpret
+from tests.tuner_interp import interpret, interpret_forced
 
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 # KernelBench level 1's 6_Matmul_with_large_K_dimension_: (batch, M, N, K).
@@ -122,8 +122,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
 def interpreted(
     generated: dict[str, tuple[str, str, str]], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:
-    cases = {case: (spec, source + only) for case, (spec, source, only) in generated.items()}
-    return interpret(cases, tmp_path_factory.mktemp("splitk-run"), tol=1e-5)
+    return interpret_forced(generated, tmp_path_factory.mktemp("splitk-run"), tol=1e-5)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -197,14 +196,33 @@ def test_the_one_pass_kernel_is_the_gemm_templates_own(tmp_path: Path) -> None:
 # -- the auto rule and which graphs get the template ----------------------------------------------------
 
 
+def _splits(tiles: int, k_tiles: int, sms: int, split_k: int | str = "auto", mn: int = 256 * 256) -> int:
+    """The K ranges the generated forward's own lines (`split_count_lines`) choose."""
+    from types import SimpleNamespace
+
+    import triton
+
+    scope = {
+        "triton": triton, "CONFIG": {"SPLIT_K": split_k}, "_tiles": tiles, "_batch": 1, "_kt": k_tiles,
+        "_M": mn, "_N": 1, "_device": SimpleNamespace(type="cuda", index=0), "_sm_count": lambda index: sms,
+    }  # fmt: skip
+    exec("\n".join(triton_splitk.split_count_lines()), scope)
+    assert (
+        scope["_split"] * scope["_kps"] >= k_tiles > (scope["_split"] - 1) * scope["_kps"]
+    )  # no empty range
+    return int(scope["_split"])
+
+
 def test_auto_splits_aims_at_two_programs_per_sm_with_a_few_slices_each() -> None:
     # KernelBench 1/6 on an H100: 4 tiles of 128 x 128, 16384 slices of 32: 66 ranges for 264
     # programs, rounded down to 64 (256 programs of 256 slices each, no mask)
-    assert triton_splitk.auto_splits(4, 16384, 132) == 64
-    assert triton_splitk.auto_splits(16, 32768, 132) == 16  # a matvec: 17 rounded down
-    assert triton_splitk.auto_splits(1024, 128, 132) == 1  # 4096^3: enough tiles
-    assert triton_splitk.auto_splits(4, 40, 132) == 4  # a short K: 5 ranges of 8 slices, rounded down
-    assert triton_splitk.auto_splits(4, 64, 4) == 2  # the interpreter's 4 SMs
+    assert _splits(4, 16384, 132) == 64
+    assert _splits(16, 32768, 132) == 16  # a matvec: 17 rounded down
+    assert _splits(1024, 128, 132) == 1  # 4096^3: enough tiles
+    assert _splits(4, 40, 132) == 4  # a short K: 5 ranges of 8 slices, rounded down
+    assert _splits(4, 64, 4) == 2  # the interpreter's 4 SMs
+    assert _splits(4, 100, 132, split_k=8) == 8  # a fixed SPLIT_K as given: 13 slices a range
+    assert _splits(4, 16384, 132, mn=1 << 22) == 16  # the workspace bound (2**26 values)
 
 
 def _gemm_graph(m: int, n: int, k: int, batch: int = 1, dtype: str = "float32") -> OpGraph:

@@ -21,7 +21,7 @@ from kernelevolve.synth.tuner import c_codegen
 from kernelevolve.synth.tuner.ir import OpGraph
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
-from tests.tuner_interp import interpret, on_cuda
+from tests.tuner_interp import interpret, on_cuda, recognized, stage_config
 
 HEADER = "import torch\nimport torch.nn as nn\n\n"
 # Small tiles per stage template (ragged edges at these sizes).
@@ -146,24 +146,15 @@ def _spec(tmp: Path, name: str, layers: str, body: str, inputs: str) -> Path:
     return path
 
 
-def _small(graph: OpGraph, template: str) -> dict[str, int | str]:
-    return {
-        f"s{k}_{key}": value
-        for k, name in enumerate(template.split("+"))
-        for key, value in SMALL[name].items()
-    }
-
-
 @pytest.fixture(scope="module")
 def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, OpGraph]]:
     tmp = tmp_path_factory.mktemp("stages")
-    out = {}
-    for name, (layers, body, inputs, _) in REFERENCES.items():
-        path = _spec(tmp, name, layers, body, inputs)
-        graph, why = recognize(load_spec(path))
-        assert graph is not None, why
-        out[name] = (str(path), graph)
-    return out
+    return recognized(
+        {
+            name: _spec(tmp, name, layers, body, inputs)
+            for name, (layers, body, inputs, _) in REFERENCES.items()
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +165,7 @@ def generated(graphs: dict[str, tuple[str, OpGraph]]) -> dict[str, tuple[str, st
         names = variants(graph)
         for template in names:
             out[f"{name}@{template}"] = (path, generate(graph, template=template).source)
-        out[f"{name}@small"] = (path, generate(graph, config=_small(graph, names[0])).source)
+        out[f"{name}@small"] = (path, generate(graph, config=stage_config(names[0], SMALL)).source)
         drafts = generate(graph).drafts
         if drafts:  # the first preset the tuner drafts (a GEMM's or convolution's stage, 3xTF32)
             out[f"{name}@draft"] = (path, generate(graph, config=drafts[0]).source)

@@ -1,7 +1,9 @@
 """Running generated tuner candidates against their references under the Triton interpreter, for the
 template tests (`test_tuner_conv.py`, `test_tuner_pool.py`): one subprocess (TRITON_INTERPRET=1, no
 GPU) runs every case and writes "ok" or the failure per case id. `interpret_script` runs any script so.
-`on_cuda` runs a reference and a candidate compiled on a GPU, for the templates' `gpu` tests."""
+`on_cuda` runs a reference and a candidate compiled on a GPU, for the templates' `gpu` tests.
+`interpret_forced` runs cases that must take one path; `recognized` and `stage_config` build the
+template tests' fixtures."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +67,38 @@ def interpret(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     return dict(json.loads((tmp / "results.json").read_text()))
+
+
+def interpret_forced(generated: dict[str, tuple[str, str, str]], tmp: Path, tol: float) -> dict[str, str]:
+    """`interpret`, where each case is (spec path, candidate source, a line appended to the source
+    that takes away the kernels of the path the case must not run): a passing case proves which path
+    ran."""
+    cases = {case: (spec, source + only) for case, (spec, source, only) in generated.items()}
+    return interpret(cases, tmp, tol)
+
+
+def recognized(paths: dict[str, Path]) -> dict[str, tuple[str, Any]]:
+    """Each spec file traced by the tuner (`trace.recognize`), which must recognize it: name -> (path,
+    graph)."""
+    from kernelevolve.spec import load_spec
+    from kernelevolve.synth.tuner.trace import recognize
+
+    out = {}
+    for name, path in paths.items():
+        graph, why = recognize(load_spec(path))
+        assert graph is not None, (name, why)
+        out[name] = (str(path), graph)
+    return out
+
+
+def stage_config(template: str, per_template: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A pipeline's config from each stage template's own knobs (`per_template[name]`), keyed as the
+    pipeline names them (`s<k>_<knob>`, k the stage's index in `template`, "a+b+...")."""
+    return {
+        f"s{k}_{key}": value
+        for k, name in enumerate(template.split("+"))
+        for key, value in per_template[name].items()
+    }
 
 
 def interpret_script(script: str, *args: str) -> str:

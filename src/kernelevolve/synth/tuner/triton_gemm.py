@@ -312,14 +312,27 @@ def forward_setup(g: Gemm) -> list[str]:
     return lines
 
 
+def finish_args(g: Gemm) -> list[str]:
+    """The forward's arguments for what `finish_lines` reads: the bias, the epilogue's tensors, the
+    outputs."""
+    names = g.names
+    return [names.local(t.name) for t in [*([g.bias] if g.bias else []), *g.epilogue]] + [
+        f"_out{i}" for i in range(len(g.graph.outputs))
+    ]
+
+
+def fold_line(k_tiles: str) -> str:
+    """The forward's `_fold` for a K loop of `k_tiles` slices (a variable's name): 0 up to FOLD_ABOVE."""
+    return f"_fold = 0 if {k_tiles} <= {FOLD_ABOVE} else 1 << (({k_tiles}.bit_length() + 1) // 2)  # about sqrt(K tiles)"
+
+
 def launch_lines(g: Gemm) -> list[str]:
     """The one-pass kernel's launch, and the forward's return."""
-    names, bias, graph = g.names, g.bias, g.graph
-    launch = ["_a", "_b"] + [names.local(t.name) for t in [*([bias] if bias else []), *g.epilogue]]
-    launch += [f"_out{i}" for i in range(len(graph.outputs))]
+    graph = g.graph
+    launch = ["_a", "_b", *finish_args(g)]
     return [
         "_kt = triton.cdiv(_K, _bk)",
-        f"_fold = 0 if _kt <= {FOLD_ABOVE} else 1 << ((_kt.bit_length() + 1) // 2)  # about sqrt(K tiles)",
+        fold_line("_kt"),
         "_gemm_kernel[(triton.cdiv(_M, _bm) * triton.cdiv(_N, _bn), _batch)](",
         f"    {', '.join(launch)},",
         "    _M, _N, _K, _saz, _sam, _sak, _sbz, _sbk, _sbn,",

@@ -43,11 +43,12 @@ from kernelevolve.synth.tuner.ir import OpGraph
 from kernelevolve.synth.tuner.triton_common import CodegenError, Parts, helpers_for, jit_function
 from kernelevolve.synth.tuner.triton_gemm import (
     EDGE,
-    FOLD_ABOVE,
     LOOP_CONSTS,
     STRIDES,
     Gemm,
+    finish_args,
     finish_lines,
+    fold_line,
     forward_setup,
     k_loop,
     launch_lines,
@@ -63,11 +64,20 @@ SUM_TILE, SUM_N = 512, 64  # pass 2: values per program, columns at most
 _SPLIT_K: list[int | str] = ["auto", 1, 2, 4, 8, 16, 32, 64, 128]
 
 
-def auto_splits(tiles: int, k_tiles: int, sms: int) -> int:
-    """The K ranges SPLIT_K "auto" asks for (the generated forward computes the same, before the
-    workspace bound): `tiles` output tiles over all batches, K in `k_tiles` slices."""
-    want = max(1, min(-(-PROGRAMS_PER_SM * sms // max(1, tiles)), k_tiles // MIN_K_TILES))
-    return 1 << (want.bit_length() - 1)
+def split_count_lines() -> list[str]:
+    """The forward's lines that choose the number of K ranges `_split` and the K slices per range
+    `_kps`, from CONFIG's SPLIT_K, `_tiles` (per batch), `_batch`, `_kt` (K slices), `_M`, `_N` and
+    `_device` (the SM count through `_sm_count`)."""
+    return [
+        '_split = CONFIG["SPLIT_K"]',
+        f'if _split == "auto":  # about {PROGRAMS_PER_SM} programs per SM, {MIN_K_TILES}+ K slices per range',
+        '    _sms = _sm_count(_device.index) if _device.type == "cuda" else 4',
+        f"    _split = max(1, min(triton.cdiv({PROGRAMS_PER_SM} * _sms, _tiles * _batch), _kt // {MIN_K_TILES}))",
+        "    _split = 1 << (_split.bit_length() - 1)  # a power of two: ranges that divide a K of one",
+        f"_split = max(1, min(_split, _kt, {MAX_WORKSPACE} // (_batch * _M * _N)))",
+        "_kps = triton.cdiv(_kt, _split)  # K slices per range",
+        "_split = triton.cdiv(_kt, _kps)  # no empty range",
+    ]
 
 
 def _shape_tiles(graph: OpGraph, shape: str, config: dict[str, int | str]) -> tuple[int, int]:
@@ -154,25 +164,15 @@ def _sum_kernel(g: Gemm) -> str:
 def _split_lines(g: Gemm) -> list[str]:
     """The forward after `forward_setup`: the number of K ranges, then the one-pass launch where it
     is one, else the two passes."""
-    names, graph = g.names, g.graph
-    rest = [names.local(t.name) for t in [*([g.bias] if g.bias else []), *g.epilogue]]
-    rest += [f"_out{i}" for i in range(len(graph.outputs))]
     one_pass = launch_lines(g)
     return [
         "_kt = triton.cdiv(_K, _bk)",
         "_tiles = triton.cdiv(_M, _bm) * triton.cdiv(_N, _bn)",
-        '_split = CONFIG["SPLIT_K"]',
-        f'if _split == "auto":  # about {PROGRAMS_PER_SM} programs per SM, {MIN_K_TILES}+ K slices per range',
-        '    _sms = _sm_count(_device.index) if _device.type == "cuda" else 4',
-        f"    _split = max(1, min(triton.cdiv({PROGRAMS_PER_SM} * _sms, _tiles * _batch), _kt // {MIN_K_TILES}))",
-        "    _split = 1 << (_split.bit_length() - 1)  # a power of two: ranges that divide a K of one",
-        f"_split = max(1, min(_split, _kt, {MAX_WORKSPACE} // (_batch * _M * _N)))",
-        "_kps = triton.cdiv(_kt, _split)  # K slices per range",
-        "_split = triton.cdiv(_kt, _kps)  # no empty range",
+        *split_count_lines(),
         "if _split == 1:  # the one-pass kernel, as triton-gemm launches it",
         *["    " + line for line in one_pass],
         "_ws = torch.empty((_split, _batch, _M, _N), device=_device, dtype=torch.float32)",
-        f"_fold = 0 if _kps <= {FOLD_ABOVE} else 1 << ((_kps.bit_length() + 1) // 2)  # about sqrt(K slices)",
+        fold_line("_kps"),
         "_gemm_partial_kernel[(_tiles, _batch, _split)](",
         "    _a, _b, _ws, _M, _N, _K, _saz, _sam, _sak, _sbz, _sbk, _sbn,",
         '    BLOCK_M=_bm, BLOCK_N=_bn, BLOCK_K=_bk, GROUP_M=CONFIG["GROUP_M"],',
@@ -182,11 +182,11 @@ def _split_lines(g: Gemm) -> list[str]:
         f"_sn = min({SUM_N}, triton.next_power_of_2(_N))",
         f"_sm = {SUM_TILE} // _sn",
         "_gemm_sum_kernel[(triton.cdiv(_M, _sm) * triton.cdiv(_N, _sn), _batch)](",
-        f"    {', '.join([*rest, '_ws'])}, _M, _N, _batch * _M * _N,",
+        f"    {', '.join([*finish_args(g), '_ws'])}, _M, _N, _batch * _M * _N,",
         "    BLOCK_M=_sm, BLOCK_N=_sn, SPLITS=_split, num_warps=4,",
         ")",
         one_pass[-1],
     ]
 
 
-__all__ = ["H100_SMS", "LONG_K_TILES", "MIN_K_TILES", "applies", "auto_splits", "build"]
+__all__ = ["H100_SMS", "LONG_K_TILES", "MIN_K_TILES", "applies", "build", "split_count_lines"]
