@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from kernelevolve.cli_common import EXIT_NOT_FASTER, EXIT_OK
 from kernelevolve.search.limits import Limits
 from kernelevolve.search.policies import SearchConfig
 from kernelevolve.store import Workspace
@@ -121,12 +122,15 @@ def test_warm_start_seeds_a_new_run_from_an_earlier_one_and_shares(tmp_path: Pat
         "2",
         "--json",
     )
+    # Either run may end "not faster" (exit 4) where the final re-measure in a fresh worker loses the
+    # kernel's lead to the load of a 2-core machine: both mean a correct kernel, which is what seeds.
+    correct = (EXIT_OK, EXIT_NOT_FASTER)
     first = cli(*args, ws=ws)
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.returncode in correct, first.stderr[-3000:]
     cold = json.loads(first.stdout)
     assert cold["warm_start"] == [] and cold["best_node"] is not None
     second = cli(*args, ws=ws)
-    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.returncode in correct, second.stderr[-3000:]
     warm = json.loads(second.stdout)
     assert warm["warm_start"] and "warm start (same spec)" in warm["warm_start"][0]["note"]
     assert f"run {cold['run_id']}" in warm["warm_start"][0]["note"] and "warm start" in second.stderr
