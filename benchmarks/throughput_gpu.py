@@ -18,7 +18,8 @@ device is the bench's alone, so this is per device-minute); and, over the evalua
 each start-up step a worker took before its candidate (`worker_start`, spawn to ready, and the steps
 `start:device`, `start:spec`, `start:compile_baseline`, `start:reference_outputs`, `start:timer`),
 of how long an evaluation waited for a prepared worker (`worker_wait`) and of its own phases; their
-sums; the timeline (`timeline`: the first and last verdict from the bench's start, the steady rate
+sums; how many evaluations' workers loaded their pool's shared reference outputs rather than
+computing them (`references_loaded`); the timeline (`timeline`: the first and last verdict from the bench's start, the steady rate
 between them, the time the device's lease was held per candidate and as a share of the wall time);
 with `--sample-gpu`, the device's utilization as `nvidia-smi` samples it.
 
@@ -88,6 +89,7 @@ def run_variant(
     evaluations = 0
     at: list[float] = []  # seconds from the bench's start to each verdict's record
     refs_held: list[float] = []  # per evaluation, its worker's reference outputs under the lease
+    loaded = 0  # evaluations whose worker loaded its pool's shared reference outputs (no lease wait)
     if db.exists():
         with sqlite3.connect(db) as conn:
             rows_db = conn.execute("SELECT status, verdict_json, created_at FROM evaluations").fetchall()
@@ -96,6 +98,7 @@ def run_variant(
                 at.append((datetime.fromisoformat(created) - started_at).total_seconds())
                 statuses[status] = statuses.get(status, 0) + 1
                 steps = json.loads(verdict_json).get("phases") or {}
+                loaded += "start:reference_outputs" in steps and "start:reference_outputs_wait" not in steps
                 refs_held.append(
                     float(steps.get("start:reference_outputs", 0))
                     - float(steps.get("start:reference_outputs_wait", 0))
@@ -115,6 +118,7 @@ def run_variant(
         "rows": [{k: r.get(k) for k in ROW_KEYS} for r in rows],
         "evaluations": evaluations,
         "statuses": statuses,
+        "references_loaded": loaded,
         "per_minute": round(evaluations / (wall / 60), 1) if wall > 0 else None,
         "medians": {k: round(statistics.median(v), 2) for k, v in sorted(phases.items())},
         "sums": {k: round(sum(v), 1) for k, v in sorted(phases.items())},
@@ -249,7 +253,7 @@ def main() -> None:
         r["variant_env"] = own_env
         results.append(r)
         print(json.dumps({k: r.get(k) for k in ("variant", "rc", "wall_s", "evaluations", "per_minute",
-                                                "statuses", "medians", "first_verdict_s", "steady_per_minute",
+                                                "statuses", "references_loaded", "medians", "first_verdict_s", "steady_per_minute",
                                                 "lease_held_per_candidate_s", "lease_held_share", "gpu_busy")}),
               flush=True)  # fmt: skip
         if r["rc"]:

@@ -298,7 +298,7 @@ def test_the_probe_counts_the_references_working_memory_and_the_plan_adds_it(tmp
 def test_a_kept_reference_output_does_not_hold_the_buffer_it_is_a_view_of() -> None:
     """A loss's 0-dim result can be a view into an input-sized temporary (torch's smooth_l1_loss on
     the CPU is): kept as it is, six trials of level 1's 96_HuberLoss held 24 GiB of an H100."""
-    from kernelevolve.evaluate.worker import _kept
+    from kernelevolve.evaluate.references import _kept
 
     x = torch.randn(1024, 1024)  # 4 MiB
     scratch = x * 2

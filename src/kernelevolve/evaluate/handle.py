@@ -4,7 +4,8 @@ A worker is spawned (never forked: the engine may have touched CUDA) as
 `python -m kernelevolve.evaluate.worker` in its own process group and its own temporary directory,
 with a scrubbed environment, private compile caches, and its stdout/stderr in a log file; it is told
 that directory (`--workdir`): once confined (`sandbox.py`), it writes nowhere else but leases and its
-device nodes, and reads only what compiling and running a kernel needs, and the spec.
+device nodes, and reads only what compiling and running a kernel needs, the spec, and the reference
+outputs an earlier worker of its pool shared (`references.py`).
 The torch.compile cache it starts from is a copy of a trusted one, written only by workers that had
 no candidate loaded, so no candidate can slow down the baselines of later candidates by poisoning it.
 
@@ -35,6 +36,7 @@ from kernelevolve.errors import HarnessError, SpecError
 from kernelevolve.evaluate import bytecode, compile_cache, forkserver
 from kernelevolve.evaluate.lease import lease_dir
 from kernelevolve.evaluate.protocol import Channel
+from kernelevolve.evaluate.references import FILE_NAME
 from kernelevolve.evaluate.sandbox import kill_tree, sandbox_argv, scrub_env
 
 log = logging.getLogger(__name__)
@@ -118,6 +120,8 @@ class WorkerHandle:
         device_index: int = 0,
         gpu_memory_fraction: float | None = None,
         trusted_cache: Path | None = None,
+        references: tuple[Path, str] | None = None,
+        share_references: bool = False,
     ):
         self.platform = platform
         self.settings = settings
@@ -126,11 +130,17 @@ class WorkerHandle:
         self.device_index = device_index
         self.gpu_memory_fraction = gpu_memory_fraction
         self.trusted_cache = trusted_cache
+        # The pool's shared reference outputs (file, SHA-256) to load; else, with `share_references`,
+        # the worker writes its own to `shared_path` for the pool (`references.py`)
+        self.references = references
+        self.share_references = share_references and references is None
         self.dir = Path(tempfile.mkdtemp(prefix="kernelevolve-worker-"))
         self.inductor_cache = self.dir / "inductor"
         self.bytecode = bytecode.folder()
         self.filler: subprocess.Popen[bytes] | None = None  # compiling the bytecode, if this one started it
         self.log_path = self.dir / "worker.log"
+        self.shared_path = self.dir / FILE_NAME
+        self.shared: Path | None = None  # `shared_path`, once the ready message says it was written
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.proc: subprocess.Popen[bytes] | forkserver.ForkedProcess | None = None
         self.started_by = "spawn"  # or "fork" (forkserver.py)
@@ -165,7 +175,8 @@ class WorkerHandle:
         lease_key = self.platform.lease_key(self.device_index)
         if self.platform.exclusive:
             args += ["--lease", lease_key]
-        reads = [p for p in (self.spec_path, self.bytecode) if p is not None]
+        given = self.references[0] if self.references else None
+        reads = [p for p in (self.spec_path, self.bytecode, given) if p is not None]
         args += sandbox_argv(self.dir, s, reads)
         self._spawned = time.monotonic()
         log_file = open(self.log_path, "wb")  # noqa: SIM115 (closed by _launch, once the worker has it)
@@ -190,6 +201,9 @@ class WorkerHandle:
             settings=self.settings.to_dict(),
             report_modules=self.bytecode is not None and not bytecode.filled(self.bytecode),
             harness_digest=integrity.check().digest,  # refused here already if modified
+            references=str(given) if given else None,
+            references_sha256=self.references[1] if self.references else None,
+            share_references=str(self.shared_path) if self.share_references else None,
         )
         threading.Thread(target=self._await_ready, daemon=True, name="kernelevolve-worker-prepare").start()
         return self
@@ -271,6 +285,8 @@ class WorkerHandle:
                 )
             else:
                 self.info, self.notes = msg.get("info") or {}, msg.get("notes", [])
+                if self.share_references and msg.get("references") == str(self.shared_path):
+                    self.shared = self.shared_path
                 modules = self.info.pop("module_files", None)
                 if modules and self.bytecode is not None:  # reported before any candidate ran
                     self.filler = bytecode.fill(self.bytecode, modules)

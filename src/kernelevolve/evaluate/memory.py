@@ -13,7 +13,7 @@ beyond its outputs, once (the meta probe counts the tensors it makes and holds a
 `Spec.intermediate_bytes`); plus its runtime's own memory (a CUDA context, torch.compile's
 workspace, torch itself on the CPU):
 - preparing: the inputs, the reference's outputs, and two trials' reference outputs kept whole (the
-  other trials keep a sample of a large output: `worker._kept`);
+  other trials keep a sample of a large output: `references._kept`);
 - checking a candidate: its inputs, its outputs, those two reference outputs (digests stand in for
   copies of large inputs and outputs: `trials._keepsake`);
 - timing: the baselines' buffers (shared by eager and torch.compile) and the candidate's, a round's

@@ -78,6 +78,11 @@ class PrepareMsg:
     gpu_memory_fraction: float | None = None  # as sent: the ready info reports it unchanged
     report_modules: bool = False  # list the modules imported so far (`bytecode.py`)
     harness_digest: str | None = None  # the engine's harness (`integrity`): the worker's must be the same
+    # The pool's shared reference outputs (`references.py`): the file and its SHA-256, to load; or
+    # where this worker writes its own for the pool (in its folder)
+    references: str | None = None
+    references_sha256: str | None = None
+    share_references: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrepareMsg:
@@ -91,6 +96,9 @@ class PrepareMsg:
             gpu_memory_fraction=data.get("gpu_memory_fraction"),
             report_modules=bool(data.get("report_modules")),
             harness_digest=data.get("harness_digest"),
+            references=data.get("references"),
+            references_sha256=data.get("references_sha256"),
+            share_references=data.get("share_references"),
         )
 
 

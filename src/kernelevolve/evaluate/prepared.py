@@ -60,6 +60,7 @@ class Prepared:
     timer: Any = None
     lease_key: str = ""  # the device lease's name (`Platform.lease_key`), given by the engine
     steps: dict[str, float] = field(default_factory=dict)  # seconds per start-up step (info["prepare_steps"])
+    shared: str | None = None  # the file of reference outputs this worker wrote for its pool (`references`)
 
 
 def flatten(out: Any) -> list[Any]:

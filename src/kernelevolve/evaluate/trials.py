@@ -33,6 +33,7 @@ from kernelevolve.evaluate.correctness import Tolerance, compare, same_bits, tol
 from kernelevolve.evaluate.inputs import digest as input_digest
 from kernelevolve.evaluate.inputs import make_inputs
 from kernelevolve.evaluate.prepared import CaseState, ShapeState, forward_backward, trainable_inputs
+from kernelevolve.evaluate.references import on_device
 from kernelevolve.evaluate.runtime import Threads, new_threads, python_threads
 from kernelevolve.evaluate.timing import LARGE_OUTPUT_BYTES
 from kernelevolve.evaluate.verdict import Method, ShapeResult, Status, Verdict, Violation
@@ -93,7 +94,7 @@ def _shape_trials(
         inputs = trainable_inputs(inputs, torch, cand.spec.backward)
         outs, launched = _checked_call(cand, st, i, cs, inputs, threads_before)
         launches += launched
-        failure = check_outputs(outs, cs.ref_outputs, tol, st, result)
+        failure = check_outputs(outs, on_device(cs.ref_outputs, cand.state.device), tol, st, result)
         result.trials = i + 1
         if failure:
             result.correct, result.failed_check = False, failure[0]

@@ -4,11 +4,12 @@ Life of a worker (`python -m kernelevolve.evaluate.worker`):
 1. confine itself (namespaces of its own: no network, no other processes in sight; reads and writes
    confined; see `sandbox.py`) and limit itself (memory, CPU time, file size), then import torch and
    take its device;
-2. on `prepare`: load the spec, build the reference per shape, compute the reference's outputs (and
-   gradients) for every correctness trial, compile the torch.compile baseline and warm it, count
-   FLOPs and bytes for the roofline, install the launch counter. All of this happens before any
-   candidate code exists in the process, and it is what keeps start-up off the critical path: the
-   pool keeps prepared workers waiting;
+2. on `prepare`: load the spec, build the reference per shape, compile the torch.compile baseline
+   and warm it, compute the reference's outputs (and gradients) for every correctness trial and
+   count FLOPs and bytes for the roofline, or load them from the file an earlier worker of the pool
+   shared (`references.py`), install the launch counter. All of this happens before any candidate
+   code exists in the process, and it is what keeps start-up off the critical path: the pool keeps
+   prepared workers waiting;
 3. on `evaluate`: run one candidate (`evaluation.py`) and report one verdict; on `baselines`: time the
    baselines alone; on `profile`: measure the hardware profile;
 4. exit without running the candidate's atexit handlers or destructors (`os._exit`).
@@ -38,19 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.errors import SpecError
+from kernelevolve.evaluate import references
 from kernelevolve.evaluate.messages import BaselinesMsg, EvaluateMsg, PrepareMsg, ProfileMsg, job_from_dict
 from kernelevolve.evaluate.prepared import (
-    CaseState,
     Prepared,
     ShapeState,
     forward_backward,
-    measure_noise,
     memory_mark,
     memory_peak,
     trainable_inputs,
 )
 from kernelevolve.evaluate.protocol import Channel
-from kernelevolve.evaluate.timing import LARGE_OUTPUT_BYTES
 
 
 def prepare(msg: PrepareMsg, notes: list[str]) -> Prepared:
@@ -94,7 +93,7 @@ def prepare(msg: PrepareMsg, notes: list[str]) -> Prepared:
     if msg.spec_path:
         t = time.perf_counter()
         start = memory_mark(state, torch)
-        _prepare_spec(state, Path(msg.spec_path), torch)
+        _prepare_spec(state, msg, torch)
         state.info["prepare_peak_bytes"] = memory_peak(state, torch, start)
         inner = steps.get("compile_baseline", 0.0) + steps.get("reference_outputs", 0.0)
         steps["spec"] = time.perf_counter() - t - inner  # loading it, models and probe inputs
@@ -110,12 +109,15 @@ def prepare(msg: PrepareMsg, notes: list[str]) -> Prepared:
     return state
 
 
-def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
+def _prepare_spec(state: Prepared, msg: PrepareMsg, torch: Any) -> None:
     from kernelevolve.spec import load_spec, raised_by_spec
 
+    assert msg.spec_path is not None
+    path = Path(msg.spec_path)
     spec = load_spec(path, probe=True)
+    given = references.Given(Path(msg.references), msg.references_sha256 or "") if msg.references else None
     try:
-        _prepare_shapes(state, spec, path, torch)
+        _prepare_shapes(state, spec, path, torch, given, msg.share_references)
     except SpecError:
         raise
     except Exception as exc:  # the spec's own code raised it (its reference at a real shape): say where
@@ -125,7 +127,9 @@ def _prepare_spec(state: Prepared, path: Path, torch: Any) -> None:
         raise said from exc
 
 
-def _prepare_shapes(state: Prepared, spec: Any, path: Path, torch: Any) -> None:
+def _prepare_shapes(
+    state: Prepared, spec: Any, path: Path, torch: Any, given: references.Given | None, share_to: str | None
+) -> None:
     from kernelevolve.evaluate.inputs import (
         PROBE_SEED,
         check_footprint,
@@ -166,15 +170,11 @@ def _prepare_shapes(state: Prepared, spec: Any, path: Path, torch: Any) -> None:
                 state.steps.get("compile_baseline", 0.0) + time.perf_counter() - t
             )
         state.shapes.append(st)
-    # The reference's outputs for every trial: device work, under the lease where timings could feel it.
-    t = time.perf_counter()
-    with _gpu_lease(state):
-        state.steps["reference_outputs_wait"] = time.perf_counter() - t  # for the lease
-        for st in state.shapes:
-            _reference_cases(state, st, probes[st.shape.name], cases, torch)
-            if st.compiled is not None:
-                measure_noise(state, st, probes[st.shape.name], torch)
-    state.steps["reference_outputs"] = time.perf_counter() - t
+    # The reference's outputs for every trial: from the pool's shared file, or computed here (device
+    # work, under the lease where timings could feel it) and, where the pool asks, shared.
+    references.prepare(
+        state, probes, cases, torch, lambda: _gpu_lease(state), given, Path(share_to) if share_to else None
+    )
     state.info["spec"] = spec.name
     state.info["spec_fingerprint"] = spec.fingerprint
 
@@ -200,94 +200,6 @@ def _gpu_lease(state: Prepared) -> Any:
     from kernelevolve.evaluate.lease import DeviceLease
 
     return DeviceLease(state.lease_key)
-
-
-def _reference_cases(state: Prepared, st: ShapeState, probe: list[Any], cases: list[Any], torch: Any) -> None:
-    from kernelevolve.evaluate.inputs import digest, make_inputs
-    from kernelevolve.roofline import count_flops, tensor_bytes
-    from kernelevolve.spec import flatten_outputs
-
-    spec, module, shape, ref = state.spec, state.module, st.shape, st.reference
-    for i, x in enumerate(probe):
-        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() and not bool(x.any()):
-            state.notes.append(f"shape {shape.name}: input {i} is all zeros; checks on zeros are weak")
-    sampler = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))  # unknown in advance
-    for case in (c for c in cases if c.shape == shape.name):
-        inputs = make_inputs(spec, module, shape, case.seed, case.distribution, state.device)
-        before = digest(inputs)  # not a clone: the inputs may be most of the device
-        outs = forward_backward(ref, trainable_inputs(inputs, torch, spec.backward), st.grad_outputs, torch)
-        flatten_outputs(spec, outs)
-        if digest(inputs) != before:
-            state.notes.append(f"shape {shape.name}: the reference itself modifies its inputs")
-        _check_finite(spec, shape.name, case, outs, torch)
-        full = case.distribution not in {c.case.distribution for c in st.cases}
-        st.cases.append(CaseState(case, before, _kept(outs, inputs, torch, full, sampler)))
-        del inputs, outs
-    first = st.cases[0].ref_outputs
-    if all(o.is_floating_point() and not bool(o.any()) for o in first):
-        state.notes.append(
-            f"shape {shape.name}: the reference output is all zeros; correctness checks are weak"
-        )
-    st.flops = (
-        int(shape.flops)
-        if shape.flops is not None
-        else _flops(ref, probe, st, spec.backward, torch, count_flops)
-    )
-    params = list(ref.parameters()) + list(ref.buffers())
-    out_bytes = tensor_bytes(first)
-    st.bytes = (
-        int(shape.bytes)
-        if shape.bytes is not None
-        else tensor_bytes(probe) + tensor_bytes(params) + out_bytes
-    )
-
-
-def _check_finite(spec: Any, shape: str, case: Any, outs: list[Any], torch: Any) -> None:
-    """Refuse a reference that produced NaN or inf. Slab by slab, and in a function of its own: a
-    loop variable left bound to the last output would keep a whole output alive into the next trial."""
-    from kernelevolve.evaluate.inputs import slabs
-
-    for j, o in enumerate(outs):
-        if o.is_floating_point() and not all(bool(torch.isfinite(s).all()) for s in slabs(o)):
-            raise SpecError(
-                f"{spec.path}: the reference produced NaN/inf at shape {shape!r} "
-                f"(seed {case.seed}, {case.distribution} inputs, output {j})",
-                hint="inputs must keep the reference finite; narrow `scaled_range` if scaling breaks it",
-            )
-
-
-# A trial whose reference outputs exceed LARGE_OUTPUT_BYTES keeps them whole only for the first trial
-# of each distribution; the others keep a sample (`correctness.Sampled`, SAMPLED_ELEMENTS positions
-# and the norm): six trials of a 6 GiB output would otherwise hold 36 GiB of an 80 GB GPU for the
-# worker's life.
-SAMPLED_ELEMENTS = 1 << 22
-
-
-def _kept(outs: list[Any], inputs: list[Any], torch: Any, full: bool, sampler: Any) -> list[Any]:
-    """A trial's reference outputs as the worker keeps them: detached; copied where one is (a view
-    of) an input (which is dropped) or a small view of a larger buffer (a loss's 0-dim result can be
-    a view into an input-sized temporary: six trials of level 1's 96_HuberLoss held 24 GiB that way);
-    sampled where they are large and `full` is not asked."""
-    from kernelevolve.evaluate.correctness import Sampled
-
-    if not full and sum(o.nbytes for o in outs) > LARGE_OUTPUT_BYTES:
-        return [Sampled.of(o, SAMPLED_ELEMENTS, sampler) for o in outs]
-    storages = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
-
-    def copied(o: Any) -> bool:
-        storage = o.untyped_storage()
-        return storage.data_ptr() in storages or storage.nbytes() > max(2 * o.nbytes, 1 << 20)
-
-    return [o.detach().clone() if copied(o) else o.detach() for o in outs]
-
-
-def _flops(ref: Any, probe: list[Any], st: ShapeState, backward: bool, torch: Any, count: Any) -> int:
-    try:
-        return count(
-            lambda: forward_backward(ref, trainable_inputs(probe, torch, backward), st.grad_outputs, torch)
-        )
-    except Exception:
-        return 0
 
 
 def _prepare_compiled(state: Prepared, st: ShapeState, probe: list[Any], torch: Any) -> None:
@@ -414,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     # took about 0.2 s per shape on the GPU machine, a third of an evaluation's timing.
     gc.collect()
     gc.freeze()
-    chan.send("ready", info=state.info, notes=state.notes)
+    chan.send("ready", info=state.info, notes=state.notes, references=state.shared)
     msg = chan.recv()
     if msg is None or msg.get("op") == "stop":
         os._exit(0)
