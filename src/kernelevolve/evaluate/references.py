@@ -13,11 +13,12 @@ So the first workers of a pool also write what they computed to a file in their 
 (`_share`: before their `ready` message, so before any candidate exists in them). The pool moves
 the first such file into a folder of its own, which no worker may write, and hashes it, before it
 hands that worker a candidate (`pool._save_references`). Each worker the pool starts later reads
-the file and its SHA-256 in its `prepare` message and loads it (`_load`): on the host, with no lease
-taken and no reference called; a trial's outputs go to the device after the candidate's call,
-under the evaluation's lease (`on_device`, from `trials`). A file whose hash or key (the spec's
-fingerprint, the device, the versions, the trials) differs from what the worker would compute is
-not used: the worker computes its own and says why in its notes.
+the file and its SHA-256 in its `prepare` message and loads it (`_load`): on the host (page-locked
+on a GPU, so that the copy is fast), with no lease taken and no reference called; a trial's outputs
+go to the device after the candidate's call, under the evaluation's lease (`on_device`, from
+`trials`). A file whose hash or key (the spec's fingerprint, the device, the versions, the trials)
+differs from what the worker would compute is not used: the worker computes its own and says why in
+its notes.
 
 Not shared: a spec whose kept outputs exceed `SHARE_MAX_BYTES` in all, or where a trial keeps a
 sample of a large output (`_kept`): each worker draws its sample's positions at random, unknown in
@@ -273,9 +274,26 @@ def _load(state: Prepared, given: Given, cases: list[Any], torch: Any) -> bool:
         trials = saved[st.shape.name]["trials"] if st.shape.name in saved else []
         if len(trials) != len(own):
             return refused(f"shape {st.shape.name}: another number of trials")
-        filled.append([CaseState(c, t["digest"], t["outputs"]) for c, t in zip(own, trials, strict=True)])
+        filled.append(
+            [
+                CaseState(c, t["digest"], _pinned(t["outputs"], state))
+                for c, t in zip(own, trials, strict=True)
+            ]
+        )
     for st, states in zip(state.shapes, filled, strict=True):
         s = saved[st.shape.name]
         st.cases, st.flops, st.bytes, st.noise = states, int(s["flops"]), int(s["bytes"]), s["noise"]
     state.notes.extend(blob["notes"])
     return True
+
+
+def _pinned(outputs: list[Any], state: Prepared) -> list[Any]:
+    """Host outputs in page-locked memory where the device is a GPU: their copies to the device, made
+    under the evaluation's lease, then run at the bus's speed rather than through a staging buffer
+    (a softmax spec's 1.2 GiB of trials). Where the memory cannot be locked, as they are."""
+    if state.device.type != "cuda":
+        return outputs
+    try:
+        return [o.pin_memory() for o in outputs]
+    except Exception:  # out of lockable memory, say: pageable copies are slower, not wrong
+        return outputs
