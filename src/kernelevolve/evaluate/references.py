@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +73,6 @@ def prepare(
     """Fill every shape's trials (`ShapeState.cases`), FLOPs, bytes and noise: from `given` where it
     holds them for this worker, else computed here under `lease()` and, with `share_to`, written
     there for the pool (`state.shared` names the file then)."""
-    import time
-
     t = time.perf_counter()
     if given is not None and _load(state, given, cases, torch):
         state.steps["reference_outputs"] = time.perf_counter() - t
