@@ -36,7 +36,7 @@ from kernelevolve.errors import HarnessError, SpecError
 from kernelevolve.evaluate import bytecode, compile_cache, forkserver
 from kernelevolve.evaluate.lease import lease_dir
 from kernelevolve.evaluate.protocol import Channel
-from kernelevolve.evaluate.references import FILE_NAME
+from kernelevolve.evaluate.references import FILE_NAME, Given
 from kernelevolve.evaluate.sandbox import kill_tree, sandbox_argv, scrub_env
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class WorkerHandle:
         device_index: int = 0,
         gpu_memory_fraction: float | None = None,
         trusted_cache: Path | None = None,
-        references: tuple[Path, str] | None = None,
+        references: Given | None = None,
         share_references: bool = False,
     ):
         self.platform = platform
@@ -130,7 +130,7 @@ class WorkerHandle:
         self.device_index = device_index
         self.gpu_memory_fraction = gpu_memory_fraction
         self.trusted_cache = trusted_cache
-        # The pool's shared reference outputs (file, SHA-256) to load; else, with `share_references`,
+        # The pool's shared reference outputs to load; else, with `share_references`,
         # the worker writes its own to `shared_path` for the pool (`references.py`)
         self.references = references
         self.share_references = share_references and references is None
@@ -175,7 +175,7 @@ class WorkerHandle:
         lease_key = self.platform.lease_key(self.device_index)
         if self.platform.exclusive:
             args += ["--lease", lease_key]
-        given = self.references[0] if self.references else None
+        given = self.references.path if self.references else None
         reads = [p for p in (self.spec_path, self.bytecode, given) if p is not None]
         args += sandbox_argv(self.dir, s, reads)
         self._spawned = time.monotonic()
@@ -202,7 +202,7 @@ class WorkerHandle:
             report_modules=self.bytecode is not None and not bytecode.filled(self.bytecode),
             harness_digest=integrity.check().digest,  # refused here already if modified
             references=str(given) if given else None,
-            references_sha256=self.references[1] if self.references else None,
+            references_sha256=self.references.sha256 if self.references else None,
             share_references=str(self.shared_path) if self.share_references else None,
         )
         threading.Thread(target=self._await_ready, daemon=True, name="kernelevolve-worker-prepare").start()

@@ -17,10 +17,8 @@ worker handles under one lock; the worker process itself is `handle.py`'s.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -35,13 +33,11 @@ from kernelevolve.errors import HarnessError, SpecError
 from kernelevolve.evaluate import compile_cache
 from kernelevolve.evaluate.guards import StaticReport, check_source
 from kernelevolve.evaluate.handle import Outcome, WorkerHandle
-from kernelevolve.evaluate.references import sha256_of
+from kernelevolve.evaluate.references import PoolShare
 from kernelevolve.evaluate.verdict import Method, Status, Verdict
 from kernelevolve.platforms import Platform
 from kernelevolve.spec import Spec
 from kernelevolve.store.blobs import candidate_hash
-
-log = logging.getLogger(__name__)
 
 Event = Callable[[str, str, Any], None]  # (event, candidate label, detail)
 
@@ -138,11 +134,8 @@ class EvaluatorPool:
         self._profile_lock = threading.Lock()
         self._profile_remeasured = False
         self._profile_again: dict[str, Any] | None = None  # the re-measured profile, once there is one
-        # The reference outputs the first worker to share them wrote (`references.py`), moved into a
-        # folder of the pool's that no worker may write, with the file's SHA-256; later workers load it.
-        self._references: tuple[Path, str] | None = None
-        self._references_dir: Path | None = None
-        self._sharing = threading.Lock()
+        # The reference outputs the first worker to share them wrote, which later workers load
+        self._references = PoolShare()
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -165,8 +158,7 @@ class EvaluatorPool:
         self._executor.shutdown(wait=True, cancel_futures=True)
         for w in spares:
             w.close()
-        if self._references_dir is not None:
-            shutil.rmtree(self._references_dir, ignore_errors=True)
+        self._references.remove()
 
     def abort(self) -> None:
         """Stop now (the run was interrupted): kill the workers evaluating candidates, whose
@@ -189,7 +181,7 @@ class EvaluatorPool:
             device_index=self.settings.device,
             gpu_memory_fraction=self.gpu_share,
             trusted_cache=self.trusted_cache if self.trusted_cache and self.trusted_cache.is_dir() else None,
-            references=self._references,
+            references=self._references.given,
             share_references=True,
         ).start()
 
@@ -216,7 +208,7 @@ class EvaluatorPool:
             worker.close()
             raise
         self._save_trusted_cache(worker)
-        self._save_references(worker)
+        self._references.take(worker.shared, worker.dir.name)
         self.device_info = info
         return worker
 
@@ -260,32 +252,6 @@ class EvaluatorPool:
             tmp.rename(target)
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
-
-    def _save_references(self, worker: WorkerHandle) -> None:
-        """The first shared file of reference outputs, taken from a worker before it sees any
-        candidate: moved out of its folder (which it may write) into the pool's, read-only, and hashed
-        there; each worker started from now on loads it (`references.py`). One at a time, the lock
-        not held while a large file is hashed: a second worker's file is not needed."""
-        if worker.shared is None or self._references is not None:
-            return
-        if not self._sharing.acquire(blocking=False):
-            return
-        try:
-            with self._lock:
-                if self._references is not None or self._closed:
-                    return
-                if self._references_dir is None:
-                    self._references_dir = Path(tempfile.mkdtemp(prefix="kernelevolve-references-"))
-                target = self._references_dir / f"{worker.dir.name}-{worker.shared.name}"
-            shutil.move(worker.shared, target)
-            target.chmod(0o444)
-            digest = sha256_of(target)
-            with self._lock:
-                self._references = (target, digest)
-        except OSError as exc:  # the workers compute their own, as before
-            log.warning("reference outputs not shared: %s", exc)
-        finally:
-            self._sharing.release()
 
     # -- evaluation --------------------------------------------------------------------------------
 

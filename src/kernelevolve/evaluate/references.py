@@ -12,7 +12,7 @@ prestart.md: `start:reference_outputs_wait`).
 So the first workers of a pool also write what they computed to a file in their own folder
 (`_share`: before their `ready` message, so before any candidate exists in them). The pool moves
 the first such file into a folder of its own, which no worker may write, and hashes it, before it
-hands that worker a candidate (`pool._save_references`). Each worker the pool starts later reads
+hands that worker a candidate (`PoolShare`). Each worker the pool starts later reads
 the file and its SHA-256 in its `prepare` message and loads it (`_load`): on the host (page-locked
 on a GPU, so that the copy is fast), with no lease taken and no reference called; a trial's outputs
 go to the device after the candidate's call, under the evaluation's lease (`on_device`, from
@@ -29,7 +29,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
+import shutil
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,12 +57,52 @@ SHARE_MAX_BYTES = 2 * 2**30
 FILE_NAME = "references.pt"  # in a worker's folder, where it writes the file it shares
 
 
+log = logging.getLogger(__name__)
+
+
 @dataclass(frozen=True)
 class Given:
-    """The pool's shared file, as the `prepare` message names it."""
+    """The pool's shared file and its SHA-256, as the `prepare` message names them."""
 
     path: Path
     sha256: str
+
+
+class PoolShare:
+    """The pool's side: the first file a worker shared, taken before that worker sees any candidate
+    (`take`, from `pool._take`, beside the trusted compile cache), moved out of the worker's folder
+    (which it may write) into one of the pool's, read-only, and hashed there; `given` is what each
+    worker started from then on loads. One file at a time, the pool's lock not held while a large
+    file is hashed: a second worker's file is not needed."""
+
+    def __init__(self) -> None:
+        self.given: Given | None = None
+        self._dir: Path | None = None
+        self._lock = threading.Lock()
+        self._removed = False
+
+    def take(self, written: Path | None, worker_name: str) -> None:
+        if written is None or self.given is not None or not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self.given is not None or self._removed:
+                return
+            self._dir = self._dir or Path(tempfile.mkdtemp(prefix="kernelevolve-references-"))
+            target = self._dir / f"{worker_name}-{written.name}"
+            shutil.move(written, target)
+            target.chmod(0o444)
+            self.given = Given(target, sha256_of(target))
+        except OSError as exc:  # the workers compute their own, as before
+            log.warning("reference outputs not shared: %s", exc)
+        finally:
+            self._lock.release()
+
+    def remove(self) -> None:
+        """The pool's folder, with the file (the pool is closing)."""
+        with self._lock:
+            self._removed = True
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def prepare(
@@ -273,13 +317,10 @@ def _load(state: Prepared, given: Given, cases: list[Any], torch: Any) -> bool:
         trials = saved[st.shape.name]["trials"] if st.shape.name in saved else []
         if len(trials) != len(own):
             return refused(f"shape {st.shape.name}: another number of trials")
-        filled.append(
-            [
-                CaseState(c, t["digest"], _pinned(t["outputs"], state))
-                for c, t in zip(own, trials, strict=True)
-            ]
-        )
-    for st, states in zip(state.shapes, filled, strict=True):
+        filled.append([CaseState(c, t["digest"], t["outputs"]) for c, t in zip(own, trials, strict=True)])
+    for st, states in zip(state.shapes, filled, strict=True):  # every check passed: now the copies
+        for cs in states:
+            cs.ref_outputs = _pinned(cs.ref_outputs, state)
         s = saved[st.shape.name]
         st.cases, st.flops, st.bytes, st.noise = states, int(s["flops"]), int(s["bytes"]), s["noise"]
     state.notes.extend(blob["notes"])
