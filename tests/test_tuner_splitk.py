@@ -46,12 +46,29 @@ SMALL_TILE = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 1, "num_wa
 # Appended to a candidate so that only one path can run: a launch of a kernel set to None fails.
 SPLIT_ONLY = "\n_gemm_kernel = None  # the test's: the split path only\n"
 ONE_PASS_ONLY = "\n_gemm_partial_kernel = _gemm_sum_kernel = None  # the test's: the one-pass kernel only\n"
+
+
+def k_major_only(kernel: str) -> str:
+    """Appended to a candidate: `kernel`'s launches fail unless b reaches it K-contiguous (B_KMAJOR)."""
+    return textwrap.dedent(f"""
+        _real = {kernel}
+        class _KMajorOnly:  # the test's: b must reach the kernel K-contiguous
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    given = dict(zip(_real.arg_names, args))
+                    assert given["stride_bk"] == 1, ("b is not K-contiguous", given["stride_bk"])
+                    return _real[grid](*args, **kwargs)
+                return launch
+        {kernel} = _KMajorOnly()
+        """)
+
+
 # case: (reference, the configuration beyond SMALL_TILE, the small shape instead of its own, which
 # path must run). The interpreter's "auto" (4 SMs: 8 programs) splits a 32 x 32 output (4 tiles of
 # 16 x 16; K = 2048: 64 slices) into 2 ranges, and leaves a 64 x 64 one (16 tiles) to the one-pass
 # kernel; SPLIT_K 2 over K = 33,600 in 16-wide slices gives ranges of 1050 slices, past FOLD_ABOVE:
 # the two-level sum inside a range. The 3xTF32 dot runs the same kernel with DOT "tf32x3".
-CASES = {
+CASES: dict[str, tuple[str, dict[str, int | str], tuple[int, int, int, int] | None, str]] = {
     "matmul@4": ("matmul", {"SPLIT_K": 4}, None, SPLIT_ONLY),
     "matmul@4-tf32x3": ("matmul", {"SPLIT_K": 4, "DOT": "tf32x3"}, None, SPLIT_ONLY),
     "ragged@4": ("ragged", {"SPLIT_K": 4}, None, SPLIT_ONLY),
@@ -62,6 +79,25 @@ CASES = {
     "matmul@auto-many-tiles": ("matmul", {"SPLIT_K": "auto"}, (1, 64, 64, 2048), ONE_PASS_ONLY),
     "matmul@1": ("matmul", {"SPLIT_K": 1}, None, ONE_PASS_ONLY),
     "fold@2": ("matmul", {"SPLIT_K": 2, "BLOCK_K": 16}, (1, 16, 16, 33600), SPLIT_ONLY),
+    # B_KMAJOR: b ([K, N], N contiguous) copied K-contiguous before either path's launch
+    "matmul@4-tf32x3-kmajor": (
+        "matmul",
+        {"SPLIT_K": 4, "DOT": "tf32x3", "B_KMAJOR": 1},
+        None,
+        SPLIT_ONLY + k_major_only("_gemm_partial_kernel"),
+    ),
+    "matmul@1-kmajor": (
+        "matmul",
+        {"SPLIT_K": 1, "B_KMAJOR": 1},
+        None,
+        ONE_PASS_ONLY + k_major_only("_gemm_kernel"),
+    ),
+    "bmm@8-kmajor": (
+        "bmm",
+        {"SPLIT_K": 8, "B_KMAJOR": 1},
+        None,
+        SPLIT_ONLY + k_major_only("_gemm_partial_kernel"),
+    ),
 }
 
 
@@ -164,6 +200,34 @@ def test_only_the_path_asked_for_runs(tmp_path: Path, generated: dict[str, tuple
     }
     results = interpret(swapped, tmp_path, tol=1e-5)
     assert all("NoneType" in r for r in results.values()), results
+
+
+def test_the_k_major_check_bites_where_b_is_not_copied(
+    tmp_path: Path, generated: dict[str, tuple[str, str, str]]
+) -> None:
+    """B_KMAJOR 0 (the ieee default) hands b to the kernel as given: the check of the kmajor cases fails."""
+    spec, source, _ = generated["matmul@1"]
+    assert 'CONFIG["B_KMAJOR"] and _sbk != 1' in source and "'B_KMAJOR': 0" in source
+    results = interpret(
+        {"as-given": (spec, source + ONE_PASS_ONLY + k_major_only("_gemm_kernel"))}, tmp_path, 1e-5
+    )
+    assert "b is not K-contiguous" in results["as-given"], results
+
+
+def test_b_kmajor_is_offered_only_for_an_n_contiguous_b_and_a_tf32_dot(tmp_path: Path) -> None:
+    """A Linear's weight ([N, K]) is K-contiguous already, and half operands take the native dot: no
+    knob. A [K, N] b: off with the ieee default, on in the 3xTF32 drafts and under a TF32 default."""
+    assert "B_KMAJOR" not in generate(_gemm_graph(4096, 4096, 4096)).tunables
+    graph = _graph(_spec(tmp_path, "matmul"))
+    graph.rows, graph.cols, graph.inner, graph.batch = {"s": 2048}, {"s": 4096}, {"s": 8192}, {"s": 1}
+    gen = generate(graph, template="triton-gemm")
+    assert gen.tunables["B_KMAJOR"] == [0, 1] and gen.config["B_KMAJOR"] == 0 and gen.config["DOT"] == "ieee"
+    assert gen.drafts and all(d["B_KMAJOR"] == 1 and d["DOT"] == "tf32x3" for d in gen.drafts)
+    assert generate(graph, precision="tf32", template="triton-gemm").config["B_KMAJOR"] == 1
+    assert generate(graph, precision="low", template="triton-gemm").config["B_KMAJOR"] == 0
+    half = _graph(_spec(tmp_path, "matmul"))
+    half.tensors = [TensorArg(t.name, t.source, t.layout, "bfloat16") for t in half.tensors]
+    assert "B_KMAJOR" not in triton_gemm.knobs(half, ["native"], True)[0]
 
 
 @pytest.mark.parametrize("case", ["matmul@4", "linear-gelu@4", "bmm@8"])
@@ -282,7 +346,7 @@ def test_the_tuner_drafts_split_k_first_with_both_dots(tmp_path: Path) -> None:
     first, second, third = bases[:3]
     assert first.config["SPLIT_K"] == "auto" and first.config["DOT"] == "ieee"
     assert "SPLIT_K" not in second.config and second.config["DOT"] == "ieee"
-    assert third.config == {**first.config, "DOT": "tf32x3"}
+    assert third.config == {**first.config, "DOT": "tf32x3", "B_KMAJOR": 1}
     assert first.space is not None and {2, 4, 8, 16, 32, 1, "auto"} <= set(first.space["SPLIT_K"])
 
 

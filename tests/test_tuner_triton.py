@@ -430,7 +430,7 @@ def test_gemm_drafts_are_presets_with_the_fast_dot_fitted_to_the_shape() -> None
     big.rows, big.cols, big.batch, big.inner = {"s": 8 * 4096}, {"s": 4096}, {"s": 8}, {"s": 4096}
     gen = generate(big)
     # strict fp32: the default tile with 3xTF32 first, then the wide-N and narrow-N tiles, all 3xTF32
-    assert gen.drafts[0] == {**gen.config, "DOT": "tf32x3"}
+    assert gen.drafts[0] == {**gen.config, "DOT": "tf32x3", "B_KMAJOR": 1}  # b copied K-contiguous
     assert [(d["BLOCK_M"], d["BLOCK_N"], d["num_warps"]) for d in gen.drafts[1:]] == [
         (32, 256, 4),
         (128, 64, 4),

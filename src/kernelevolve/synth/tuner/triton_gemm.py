@@ -10,7 +10,8 @@ the epilogue run on the fp32 accumulator before the store.
 
 Precision (the `DOT` tunable): strict_fp32 -> `input_precision="ieee"` by default, with "tf32x3"
 (three TF32 products, about fp32 accuracy on tensor cores) offered to the tuner; tf32 -> "tf32";
-low -> bf16 operands with fp32 accumulation. bf16/fp16 inputs always take the native dot.
+low -> bf16 operands with fp32 accumulation. bf16/fp16 inputs always take the native dot. A b given
+as [K, N] to a TF32 dot can be copied K-contiguous first (`B_KMAJOR`, see `b_copy_knob`).
 
 A K loop of more than FOLD_ABOVE tiles sums in two levels (see FOLD_ABOVE).
 
@@ -89,6 +90,8 @@ def gemm_drafts(
         cfg = {**defaults, **preset}
         if not native:
             cfg["DOT"] = FAST_DOT.get(precision, defaults["DOT"])
+            if "B_KMAJOR" in defaults:
+                cfg["B_KMAJOR"] = int(str(cfg["DOT"]).startswith("tf32"))
         for dim in ("BLOCK_M", "BLOCK_N"):
             if int(defaults[dim]) < 128:
                 cfg[dim] = min(int(cfg[dim]), int(defaults[dim]))
@@ -298,6 +301,13 @@ def forward_setup(g: Gemm) -> list[str]:
             "_sbz = 0",
             "_sbk, _sbn = " + ("_b.stride(0), _b.stride(1)" if kn else "_b.stride(1), _b.stride(0)"),
         ]
+    if b_copy_knob(graph, g.dots, g.native):
+        lines += [
+            'if CONFIG["B_KMAJOR"] and _sbk != 1:  # TF32 tensor-core dots take b K-contiguous: a copy',
+            "    _b = _b.transpose(-1, -2).contiguous().transpose(-1, -2)",
+            "    _sbk, _sbn = _b.stride(-2), _b.stride(-1)",
+            "    _sbz = _b.stride(0) if _b.dim() == 3 and _b.shape[0] > 1 else 0",
+        ]
     full = [t for t in epilogue if t.layout == "full"]
     # A full epilogue tensor has the output's shape exactly; otherwise a's leading dims, then N (the
     # shape `out_view` views as the output's).
@@ -344,6 +354,16 @@ def launch_lines(g: Gemm) -> list[str]:
     ]
 
 
+def b_copy_knob(graph: OpGraph, dots: list[str], native: bool) -> bool:
+    """Whether the forward offers B_KMAJOR: b given as [K, N] (N contiguous) to an fp32 GEMM that may
+    take a TF32 dot. Hopper's TF32 tensor-core products read b K-contiguous; Triton 3.6 runs an
+    N-contiguous one on a slower path (KernelBench 1/2's 2048 x 8192 x 4096 at 3xTF32: 0.68x of
+    cuBLAS's fp32 where the same product with b given as [N, K], 1/17, took 1.65x). B_KMAJOR=1 copies
+    b K-contiguous before the launch (one pass over b, timed with the kernel)."""
+    gi = graph.gemm
+    return gi is not None and gi.b_layout == "kn" and not native and any(d.startswith("tf32") for d in dots)
+
+
 def knobs(
     graph: OpGraph, dots: list[str], native: bool
 ) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
@@ -370,10 +390,13 @@ def knobs(
         "num_stages": 4 if native else 3,
         "DOT": dots[0],
     }
+    if b_copy_knob(graph, dots, native):  # on by default where the default dot is a TF32 one
+        tunables["B_KMAJOR"] = [0, 1]
+        defaults["B_KMAJOR"] = int(str(dots[0]).startswith("tf32"))
     return tunables, defaults
 
 
 __all__ = [
-    "FAST_DOT", "FP32_PRESETS", "HALF_PRESETS", "Gemm", "build", "finish_lines", "forward_setup", "gemm_drafts",
+    "FAST_DOT", "FP32_PRESETS", "HALF_PRESETS", "Gemm", "b_copy_knob", "build", "finish_lines", "forward_setup", "gemm_drafts",
     "k_loop", "knobs", "launch_lines", "parse", "tile_lines",
 ]  # fmt: skip

@@ -1,0 +1,164 @@
+"""The GEMM template's dots and b layouts at KernelBench's official sizes, timed against the
+reference's own eager call (cuBLAS, strict fp32: no TF32) on one GPU.
+
+    python benchmarks/gemm_layout_gpu.py KERNELBENCH/level1/1_*.py KERNELBENCH/level1/2_*.py ...
+        [--rounds 15] [--out FILE.json]
+
+Not the harness's verdict (no sandbox, no second input distribution, no torch.compile baseline): a
+minutes-long look at what one knob does before a bench spends candidates on it. For each problem
+whose reference the tuner recognizes as one GEMM: the triton-gemm template's default configuration
+(the ieee dot), its 3xTF32 drafts, and each of those with the other `B_KMAJOR` where the knob exists
+(b given as [K, N] copied K-contiguous before the launch, or not). Each variant is compiled, run once
+on the problem's inputs and judged with the harness's `compare` at the strict fp32 tolerance, then
+timed in `--rounds` rounds interleaved with the reference (one call each per round, CUDA events, the
+L2 cache flushed before each call); the median ratio reference / variant is its speedup. Prints one
+line per variant and a table last; `--out` writes every row as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+
+def timed(fn: Any, flush: Any) -> float:
+    """One call's device time in ms, the L2 cache flushed before it."""
+    import torch
+
+    flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end))
+
+
+def variants(gen: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(label, configuration): the default, the drafts, and each with B_KMAJOR flipped."""
+    out = [("default", dict(gen.config))] + [(f"draft{i}", dict(d)) for i, d in enumerate(gen.drafts)]
+    if "B_KMAJOR" in gen.tunables:
+        out += [
+            (f"{label}/b{1 - int(c['B_KMAJOR'])}", {**c, "B_KMAJOR": 1 - int(c["B_KMAJOR"])})
+            for label, c in out
+        ]
+    return out
+
+
+def run_problem(path: Path, rounds: int, tmp: Path) -> list[dict[str, Any]]:
+    import torch
+
+    from kernelevolve.evaluate.correctness import compare, tolerance_for
+    from kernelevolve.spec import call_get_init_inputs, call_get_inputs, import_spec_module, load_spec
+    from kernelevolve.synth.tuner.trace import recognize
+    from kernelevolve.synth.tuner.triton_codegen import generate
+
+    spec = load_spec(path)
+    graph, why = recognize(spec)
+    if graph is None or graph.pattern != "gemm":
+        return [{"problem": path.stem, "variant": "-", "status": f"not a recognized gemm: {why[:120]}"}]
+    base = generate(graph, template="triton-gemm")
+    module = import_spec_module(spec.path)
+    shape = spec.shapes[0]
+    torch.manual_seed(0)
+    init = call_get_init_inputs(spec, module, shape)
+    ref = module.Model(*init).cuda()
+    torch.manual_seed(0)
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in call_get_inputs(spec, module, shape)]
+    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")  # past an H100/H200's L2
+    with torch.no_grad():
+        want = ref(*inputs)
+    flops = 2.0 * sum(graph.rows.values()) / len(graph.rows) * next(iter(graph.cols.values()))
+    flops *= next(iter(graph.inner.values()), 0)
+    rows = []
+    for label, config in variants(base):
+        row: dict[str, Any] = {"problem": path.stem, "variant": label, "config": config}
+        try:
+            source = generate(graph, config=config, template="triton-gemm").source
+            file = tmp / f"{path.stem}_{label.replace('/', '_')}.py"
+            file.write_text(source)
+            loader = importlib.util.spec_from_file_location(file.stem, file)
+            assert loader is not None and loader.loader is not None
+            cand = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(cand)
+            new = cand.ModelNew(*init).cuda()
+            new.load_state_dict(ref.state_dict(), strict=False)
+            with torch.no_grad():
+                got = new(*inputs)
+                torch.cuda.synchronize()
+                verdict = compare(got, want, tolerance_for(want.dtype, "strict_fp32"))
+                row["status"] = "correct" if verdict.passed else f"incorrect: {verdict.message[:120]}"
+                ratios, ms = [], []
+                run_ref, run_new = functools.partial(ref, *inputs), functools.partial(new, *inputs)
+                for _ in range(2):  # warm both
+                    timed(run_ref, flush), timed(run_new, flush)
+                for _ in range(rounds):
+                    r, c = timed(run_ref, flush), timed(run_new, flush)
+                    ratios.append(r / c)
+                    ms.append((r, c))
+            row["speedup"] = round(statistics.median(ratios), 3)
+            row["ref_ms"] = round(statistics.median(r for r, _ in ms), 3)
+            row["ms"] = round(statistics.median(c for _, c in ms), 3)
+            row["tflops"] = round(flops / (row["ms"] * 1e-3) / 1e12, 1) if flops else None
+            del new, got, run_new
+        except Exception as exc:  # a variant that fails to build or run is a row, not the end
+            row["status"] = (
+                f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            )
+        torch.cuda.empty_cache()
+        print(json.dumps({k: v for k, v in row.items() if k != "config"}), flush=True)
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("problems", nargs="+", type=Path)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    import torch
+
+    from kernelevolve.platforms import get_platform
+
+    # As the harness's workers at strict fp32: no TF32 in the reference's matmuls.
+    get_platform("cuda").setup(torch.device("cuda:0"), "strict_fp32")
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in args.problems:
+            rows += run_problem(path, args.rounds, Path(tmp))
+    print(
+        f"\n{'problem':<42} {'variant':<12} {'DOT':<7} {'B_KMAJOR':>8} {'ms':>9} {'ref ms':>9} {'speedup':>8} {'TFLOP/s':>8}  status"
+    )
+    for r in rows:
+        c = r.get("config") or {}
+        print(
+            f"{r['problem'][:42]:<42} {r['variant']:<12} {c.get('DOT', '')!s:<7} {c.get('B_KMAJOR', '-')!s:>8} "
+            f"{r.get('ms', ''):>9} {r.get('ref_ms', ''):>9} {r.get('speedup', ''):>8} {r.get('tflops', '')!s:>8}  {r['status'][:60]}"
+        )
+    if args.out:
+        doc = {
+            "device": torch.cuda.get_device_name(0),
+            "torch": torch.__version__,
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "command": " ".join(sys.argv),
+            "seconds": round(time.perf_counter() - t0, 1),
+            "rows": rows,
+        }
+        args.out.write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
