@@ -33,8 +33,10 @@ BF16 = candidate("""
 """)  # fmt: skip
 
 
-def _pool(tmp: Path, spec: str = "softmax", **options: object) -> EvaluatorPool:
-    return EvaluatorPool(load_spec(SPECS / f"{spec}.py"), get_platform("cpu"), cpu_settings(tmp), **options)  # type: ignore[arg-type]
+def _pool(tmp: Path, spec: str = "softmax", share: str = "always", **options: object) -> EvaluatorPool:
+    """A CPU pool sharing its references (under "auto" a CPU's cheap outputs are never worth it)."""
+    settings = cpu_settings(tmp, share_references=share)
+    return EvaluatorPool(load_spec(SPECS / f"{spec}.py"), get_platform("cpu"), settings, **options)  # type: ignore[arg-type]
 
 
 def _how(pool: EvaluatorPool) -> str:
@@ -119,6 +121,39 @@ with open(_os.path.join(_os.getcwd(), "references.pt"), "wb") as _f:
         assert v.status == Status.OK and _how(pool) == "loaded" and not _refusals(v)
 
 
+@pytest.mark.parametrize("share", ["auto", "never"])
+def test_outputs_cheaper_to_compute_than_to_load_are_not_shared(tmp_path: Path, share: str) -> None:
+    """The CPU softmax spec's outputs take milliseconds to compute: under "auto" no worker shares them
+    (nor under "never"), and every worker computes its own."""
+    with _pool(tmp_path, share=share) as pool:
+        for name in ("one.py", "two.py", "three.py"):
+            assert pool.evaluate_one(HONEST, name).status == Status.OK
+            assert _how(pool) == "computed"
+        assert pool._references.given is None
+
+
+def test_auto_shares_where_computing_held_the_lease_longer_than_loading_takes() -> None:
+    from types import SimpleNamespace
+
+    state = _state([torch.empty(1 << 20, dtype=torch.int8)])  # 1 MiB of outputs
+    state.settings = SimpleNamespace(share_references="auto")  # type: ignore[assignment]
+    load = references.LOAD_SECONDS + (1 << 20) / references.LOAD_BYTES_PER_S
+    assert not references.worth_sharing(state, 0.3, torch)  # a small spec's references on an H100
+    assert not references.worth_sharing(state, load * 0.99, torch)
+    assert references.worth_sharing(state, load * 1.01, torch)
+    state.settings = SimpleNamespace(share_references="always")  # type: ignore[assignment]
+    assert references.worth_sharing(state, 0.0, torch)
+    state.settings = SimpleNamespace(share_references="never")  # type: ignore[assignment]
+    assert not references.worth_sharing(state, 1e6, torch)
+
+
+def test_share_references_takes_three_values(tmp_path: Path) -> None:
+    from kernelevolve.errors import WorkspaceError
+
+    with pytest.raises(WorkspaceError, match="share_references must be one of auto, always, never"):
+        cpu_settings(tmp_path, share_references="sometimes")
+
+
 def _state(outputs: list[object]) -> Prepared:
     state = Prepared(platform=None, device=torch.device("cpu"), settings=None, notes=[], info={})  # type: ignore[arg-type]
     st = ShapeState(shape=None, reference=None)
@@ -159,7 +194,9 @@ def test_on_a_gpu_later_workers_load_without_the_lease_and_judge_as_before(tmp_p
         launch(x[:-1], y[:-1])
         return y
 """)  # fmt: skip
-    settings = harness_settings(tmp_path, "cuda", timing_budget_s=0.3, compile_timeout_s=120)
+    settings = harness_settings(
+        tmp_path, "cuda", timing_budget_s=0.3, compile_timeout_s=120, share_references="always"
+    )
     with EvaluatorPool(load_spec(SPECS / "softmax.py"), get_platform("cuda"), settings) as pool:
         seen = []
         for i in range(3):  # the spare started beside the first worker computed its own too

@@ -27,6 +27,7 @@ OTHER_VARIABLES = {
 }
 PROFILE_MODES = ("auto", "off", "torch", "ncu")
 WORKER_STARTS = ("auto", "fork", "spawn")
+SHARE_REFERENCES = ("auto", "always", "never")
 FITNESS_BASELINES = ("best", "eager", "compile")
 
 
@@ -85,6 +86,11 @@ class Settings:
     # A forked worker starts in about half a spawned one's time on a GPU
     # (benchmarks/results/2026-11-26-h200-fork-server.md).
     worker_start: str = "auto"
+    # Reference outputs shared within a pool (`evaluate/references.py`): "auto" shares them where
+    # computing them held the device longer than loading them would take a later worker (on an H100,
+    # small specs' references took 0.3 s of the lease and 2.5-6 s to load: not shared), "always",
+    # or "never" (every worker computes its own).
+    share_references: str = "auto"
     # Devices a search spreads its candidates over: indices ("0,1"), or "auto": every visible device
     # of the platform, unless `device` names another than the first (then that one alone). `device` is
     # also the one device of single-device jobs (eval, profile, baselines).
@@ -154,6 +160,10 @@ class Settings:
         if self.worker_start not in WORKER_STARTS:
             raise WorkspaceError(
                 f"worker_start must be one of {', '.join(WORKER_STARTS)}, not {self.worker_start!r}"
+            )
+        if self.share_references not in SHARE_REFERENCES:
+            raise WorkspaceError(
+                f"share_references must be one of {', '.join(SHARE_REFERENCES)}, not {self.share_references!r}"
             )
         self.eval_retries = max(0, self.eval_retries)
         self.workers = max(0, self.workers)

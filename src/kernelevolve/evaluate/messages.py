@@ -44,6 +44,7 @@ class WorkerSettings:
     timing_precision: float | None  # None: the platform's
     roofline_margin: float
     suspicious_speedup: float
+    share_references: str = "auto"  # "auto" | "always" | "never" (`references.worth_sharing`)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkerSettings:
@@ -62,6 +63,7 @@ class WorkerSettings:
             timing_precision=_float_or_none(data.get("timing_precision")),
             roofline_margin=float(data["roofline_margin"]),
             suspicious_speedup=float(data["suspicious_speedup"]),
+            share_references=str(data.get("share_references", "auto")),
         )
 
 

@@ -182,7 +182,7 @@ class EvaluatorPool:
             gpu_memory_fraction=self.gpu_share,
             trusted_cache=self.trusted_cache if self.trusted_cache and self.trusted_cache.is_dir() else None,
             references=self._references.given,
-            share_references=True,
+            share_references=self.settings.share_references != "never",
         ).start()
 
     def _top_up(self, count: int) -> None:

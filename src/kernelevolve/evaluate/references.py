@@ -22,7 +22,10 @@ its notes.
 
 Not shared: a spec whose kept outputs exceed `SHARE_MAX_BYTES` in all, or where a trial keeps a
 sample of a large output (`_kept`): each worker draws its sample's positions at random, unknown in
-advance, and a shared draw would be known to every later candidate of the spec.
+advance, and a shared draw would be known to every later candidate of the spec. Nor, under the
+`share_references` setting's default "auto", outputs that were cheaper to compute than a later worker
+would find them to load (`worth_sharing`): measured on an H100, loading small specs' outputs made
+their workers slower to start and the device no less busy.
 """
 
 from __future__ import annotations
@@ -55,6 +58,14 @@ from kernelevolve.evaluate.timing import LARGE_OUTPUT_BYTES
 # them twice on the host for a moment (the file's bytes, checked, then the tensors).
 SHARE_MAX_BYTES = 2 * 2**30
 FILE_NAME = "references.pt"  # in a worker's folder, where it writes the file it shares
+# What loading shared outputs costs a worker (read, hashed, unpickled, page-locked), beside three
+# others starting on the same host: on an H100 machine of 16 cores, the small suite specs' files took
+# 2.5-6 s (a softmax spec's 1.2 GiB among them) where computing them had held the lease 0.3-0.4 s;
+# their candidates' correctness phase, copying the outputs to the device, took 0.45 s instead of 0.2
+# (benchmarks/results/2026-11-27-h100-throughput-shared-references.md). Under `share_references`
+# "auto" a pool shares only outputs whose computation held the lease longer than this.
+LOAD_SECONDS = 1.0
+LOAD_BYTES_PER_S = 250e6
 
 
 log = logging.getLogger(__name__)
@@ -123,17 +134,37 @@ def prepare(
         state.info["references"] = "loaded"
         return
     with lease():
-        state.steps["reference_outputs_wait"] = time.perf_counter() - t
+        held = time.perf_counter()
+        state.steps["reference_outputs_wait"] = held - t
         mark = len(state.notes)
         for st in state.shapes:
             compute(state, st, probes[st.shape.name], cases, torch)
             if st.compiled is not None:
                 measure_noise(state, st, probes[st.shape.name], torch)
-        host = _on_host(state, torch) if share_to is not None else None  # device work: under the lease
+        held = time.perf_counter() - held
+        # device work: under the lease
+        host = _on_host(state, torch) if share_to is not None and worth_sharing(state, held, torch) else None
     state.steps["reference_outputs"] = time.perf_counter() - t
     state.info["references"] = "computed"
     if host is not None and share_to is not None:
         _share(state, host, cases, state.notes[mark:], share_to, torch)
+
+
+def worth_sharing(state: Prepared, held_s: float, torch: Any) -> bool:
+    """Whether to share outputs whose computation held the device's lease `held_s` seconds: as the
+    `share_references` setting says; under "auto", where that exceeds what loading them would cost a
+    later worker (LOAD_SECONDS + their bytes at LOAD_BYTES_PER_S)."""
+    mode = state.settings.share_references
+    if mode != "auto":
+        return mode == "always"
+    kept = sum(
+        o.nbytes
+        for st in state.shapes
+        for cs in st.cases
+        for o in cs.ref_outputs
+        if isinstance(o, torch.Tensor)
+    )
+    return held_s > LOAD_SECONDS + kept / LOAD_BYTES_PER_S
 
 
 def on_device(refs: list[Any], device: Any) -> list[Any]:
