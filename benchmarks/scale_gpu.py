@@ -144,9 +144,9 @@ def main() -> int:
     items = sources(tmp, args.per_gpu * sizes[-1])
     rows = []
     for executor in ["local"] + (["ray"] if args.ray else []):
-        rows += [
-            measure(executor, list(range(n)), settings, profile, items[: args.per_gpu * n]) for n in sizes
-        ]
+        for n in sizes:
+            rows.append(measure(executor, list(range(n)), settings, profile, items[: args.per_gpu * n]))
+            print("ROW " + json.dumps(rows[-1]), flush=True)  # kept if a time limit cuts the rest
     record = {
         "date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__, "command": "PYTHONPATH=src python benchmarks/scale_gpu.py " + " ".join(sys.argv[1:]),
