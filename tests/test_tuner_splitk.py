@@ -37,6 +37,8 @@ REFERENCES = {
     # K = 2000: 63 slices of 32 (the last one half), 4 ranges of 16 slices, the last of 15
     "ragged": ("pass", "a, w", "torch.matmul(a, w)", "[_r(k, m, k), _r(k, k, n)]", (1, 32, 24, 2000)),
     "bmm": ("pass", "a, w", "torch.bmm(a, w)", "[_r(k, b, m, k), _r(k, b, k, n)]", (3, 20, 24, 1000)),
+    # a given as [K, M], read transposed
+    "matmul-at": ("pass", "a, w", "torch.matmul(a.t(), w)", "[_r(k, k, m), _r(k, k, n)]", (1, 24, 20, 1000)),
     # bias, then gelu, then + 0.5: per split, the bias and the 0.5 would be added SPLIT_K times
     "linear-gelu": (
         "self.fc = nn.Linear(k, n)", "x", "F.gelu(self.fc(x)) + 0.5", "[_r(k, m, k)]", (1, 16, 40, 1500),
@@ -60,6 +62,25 @@ def k_major_only(kernel: str) -> str:
                     return _real[grid](*args, **kwargs)
                 return launch
         {kernel} = _KMajorOnly()
+        """)
+
+
+def padded_only(kernel: str, a_k_contiguous: bool, b_k_contiguous: bool) -> str:
+    """Appended to a candidate: `kernel`'s launches fail unless K reaches it padded to whole K slices,
+    a and b with the contiguous dims asked for and rows of a multiple of 16 elements (PAD_K)."""
+    return textwrap.dedent(f"""
+        _real_padded = {kernel}
+        class _PaddedOnly:  # the test's: K padded to whole slices, layouts kept, rows aligned
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    given = dict(zip(_real_padded.arg_names, args))
+                    assert given["K"] % kwargs["BLOCK_K"] == 0, ("K is not padded", given["K"])
+                    for unit, other in ((("stride_ak", "stride_am") if {a_k_contiguous} else ("stride_am", "stride_ak")),
+                                        (("stride_bk", "stride_bn") if {b_k_contiguous} else ("stride_bn", "stride_bk"))):
+                        assert given[unit] == 1 and given[other] % 16 == 0, ("layout", unit, given[unit], given[other])
+                    return _real_padded[grid](*args, **kwargs)
+                return launch
+        {kernel} = _PaddedOnly()
         """)
 
 
@@ -97,6 +118,45 @@ CASES: dict[str, tuple[str, dict[str, int | str], tuple[int, int, int, int] | No
         {"SPLIT_K": 8, "B_KMAJOR": 1},
         None,
         SPLIT_ONLY + k_major_only("_gemm_partial_kernel"),
+    ),
+    # PAD_K: K = 2000 (1000, 1500, 1000) is not a multiple of the 32-wide slice: a and b copied into
+    # zeroed buffers of whole slices, each keeping its contiguous dim, on either path; a given
+    # transposed ([K, M]) too, and a b that B_KMAJOR made K-contiguous first
+    "ragged@1-padk": (
+        "ragged",
+        {"SPLIT_K": 1, "PAD_K": 1},
+        None,
+        ONE_PASS_ONLY + padded_only("_gemm_kernel", True, False),
+    ),
+    "ragged@4-padk": (
+        "ragged",
+        {"SPLIT_K": 4, "PAD_K": 1},
+        None,
+        SPLIT_ONLY + padded_only("_gemm_partial_kernel", True, False),
+    ),
+    "ragged@1-kmajor-padk": (
+        "ragged",
+        {"SPLIT_K": 1, "PAD_K": 1, "B_KMAJOR": 1, "DOT": "tf32x3"},
+        None,
+        ONE_PASS_ONLY + padded_only("_gemm_kernel", True, True),
+    ),
+    "bmm@8-padk": (
+        "bmm",
+        {"SPLIT_K": 8, "PAD_K": 1},
+        None,
+        SPLIT_ONLY + padded_only("_gemm_partial_kernel", True, False),
+    ),
+    "linear-gelu@1-padk": (
+        "linear-gelu",
+        {"SPLIT_K": 1, "PAD_K": 1, "DOT": "tf32x3"},
+        None,
+        ONE_PASS_ONLY + padded_only("_gemm_kernel", True, True),
+    ),
+    "at@1-padk": (
+        "matmul-at",
+        {"SPLIT_K": 1, "PAD_K": 1},
+        None,
+        ONE_PASS_ONLY + padded_only("_gemm_kernel", False, False),
     ),
 }
 
@@ -212,6 +272,28 @@ def test_the_k_major_check_bites_where_b_is_not_copied(
         {"as-given": (spec, source + ONE_PASS_ONLY + k_major_only("_gemm_kernel"))}, tmp_path, 1e-5
     )
     assert "b is not K-contiguous" in results["as-given"], results
+
+
+def test_the_padding_check_bites_where_k_is_not_padded(
+    tmp_path: Path, generated: dict[str, tuple[str, str, str]]
+) -> None:
+    """PAD_K 0 on a K of 2000 hands the kernel K as it is: the check of the padk cases fails."""
+    spec, source, _ = generated["ragged@4"]
+    assert "'PAD_K': 0" in source
+    results = interpret(
+        {"as-is": (spec, source + SPLIT_ONLY + padded_only("_gemm_partial_kernel", True, False))},
+        tmp_path,
+        1e-5,
+    )
+    assert "K is not padded" in results["as-is"], results
+
+
+def test_pad_k_is_on_by_default_for_an_unaligned_k_in_a_large_product() -> None:
+    """KernelBench 1/8's 8205 x 2949 x 5921: on; 4096^3 (aligned) and a mat-vec of K = 2949 (thin:
+    a pass over a, which the copy would double): off. Offered in all three."""
+    for (m, n, k), on in (((8205, 5921, 2949), 1), ((4096, 4096, 4096), 0), ((2048, 1, 2949), 0)):
+        gen = generate(_gemm_graph(m, n, k), template="triton-gemm")
+        assert gen.tunables["PAD_K"] == [0, 1] and gen.config["PAD_K"] == on, (m, n, k)
 
 
 def test_b_kmajor_is_offered_only_for_an_n_contiguous_b_and_a_tf32_dot(tmp_path: Path) -> None:

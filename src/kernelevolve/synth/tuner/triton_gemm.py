@@ -11,7 +11,8 @@ the epilogue run on the fp32 accumulator before the store.
 Precision (the `DOT` tunable): strict_fp32 -> `input_precision="ieee"` by default, with "tf32x3"
 (three TF32 products, about fp32 accuracy on tensor cores) offered to the tuner; tf32 -> "tf32";
 low -> bf16 operands with fp32 accumulation. bf16/fp16 inputs always take the native dot. A b given
-as [K, N] to a TF32 dot can be copied K-contiguous first (`B_KMAJOR`, see `b_copy_knob`).
+as [K, N] to a TF32 dot can be copied K-contiguous first (`B_KMAJOR`, see `b_copy_knob`); a K that
+is not a multiple of the K slice can be padded with zeros, a and b copied (`PAD_K`, `pad_k_lines`).
 
 A K loop of more than FOLD_ABOVE tiles sums in two levels (see FOLD_ABOVE).
 
@@ -55,6 +56,7 @@ from kernelevolve.synth.tuner.triton_common import (
 # K = 2**20 summed in one accumulator, 32768 tiles, was off by 1.5e-4). Shorter loops keep one
 # accumulator (no second tile of registers).
 FOLD_ABOVE = 1024
+PAD_K_MIN = 128  # M and N at least, for PAD_K on by default (`knobs`)
 
 
 # Tile presets a GEMM-shaped template (`triton_gemm`, `triton_conv`) drafts after its default, best
@@ -318,8 +320,40 @@ def forward_setup(g: Gemm) -> list[str]:
         "if _out0.numel() == 0:",
         f"    return {outputs_tuple(graph)}",
         '_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]',
+        *pad_k_lines(km, kn),
     ]
     return lines
+
+
+def pad_k_lines(km: bool, kn: bool) -> list[str]:
+    """PAD_K: where K is not a multiple of the K slice, a and b copied into zeroed buffers of K rounded
+    up to it (zeros past K add nothing), each keeping its contiguous dim, its rows 16-byte aligned, so
+    that every K slice is whole (EVEN_K drops the masks) and loads vectorize (KernelBench 1/8's
+    8205 x 2949 x 5921: each load of the unpadded operands masked and unvectorized, no variant above
+    0.44x of cuBLAS). One pass over a and b, timed with the kernel."""
+    a_k, a_m = (-2, -1) if km else (-1, -2)  # a's K and M dims as the forward holds it
+    b_k, b_n = (-2, -1) if kn else (-1, -2)
+    return [
+        'if CONFIG["PAD_K"] and _K % _bk:  # zeros past K: whole, aligned K slices',
+        "    _Kp = triton.cdiv(_K, _bk) * _bk",
+        "",
+        "    def _padded(t, k, o):  # t with K (dim k) padded to _Kp, its contiguous dim kept",
+        "        if t.stride(k) == 1:",
+        "            p = t.movedim(k, -1)",
+        "            q = p.new_zeros(*p.shape[:-1], _Kp)",
+        "            q[..., : p.shape[-1]] = p",
+        "            return q.movedim(-1, k)",
+        "        p = t.movedim(o, -1)  # [.., K, O]: rows of O padded to a multiple of 16",
+        "        q = p.new_zeros(*p.shape[:-2], _Kp, triton.cdiv(p.shape[-1], 16) * 16)",
+        "        q[..., : p.shape[-2], : p.shape[-1]] = p",
+        "        return q[..., : p.shape[-1]].movedim(-1, o)",
+        "",
+        f"    _a, _b, _K = _padded(_a, {a_k}, {a_m}), _padded(_b, {b_k}, {b_n}), _Kp",
+        "    _saz = _a.stride(0) if _a.dim() == 3 else 0",
+        f"    _sam, _sak = _a.stride({a_m}), _a.stride({a_k})",
+        "    _sbz = _b.stride(0) if _b.dim() == 3 and _b.shape[0] > 1 else 0",
+        f"    _sbk, _sbn = _b.stride({b_k}), _b.stride({b_n})",
+    ]
 
 
 def finish_args(g: Gemm) -> list[str]:
@@ -393,10 +427,18 @@ def knobs(
     if b_copy_knob(graph, dots, native):  # on by default where the default dot is a TF32 one
         tunables["B_KMAJOR"] = [0, 1]
         defaults["B_KMAJOR"] = int(str(dots[0]).startswith("tf32"))
+    # PAD_K (`pad_k_lines`): on by default where some spec shape's K leaves rows unaligned and its
+    # product is large both ways (a thin one, a mat-vec, is a pass over its large operand: a copy of
+    # that operand would cost as much again).
+    unaligned = any(k % 16 for k in graph.inner.values())
+    large = all(min(graph.rows.get(s, 0) // max(1, graph.batch.get(s, 1)), graph.cols.get(s, 0)) >= PAD_K_MIN
+                for s in graph.inner)  # fmt: skip
+    tunables["PAD_K"] = [0, 1]
+    defaults["PAD_K"] = int(bool(graph.inner) and unaligned and large)
     return tunables, defaults
 
 
 __all__ = [
     "FAST_DOT", "FP32_PRESETS", "HALF_PRESETS", "Gemm", "b_copy_knob", "build", "finish_lines", "forward_setup", "gemm_drafts",
-    "k_loop", "knobs", "launch_lines", "parse", "tile_lines",
+    "k_loop", "knobs", "launch_lines", "pad_k_lines", "parse", "tile_lines",
 ]  # fmt: skip
