@@ -50,38 +50,37 @@ SPLIT_ONLY = "\n_gemm_kernel = None  # the test's: the split path only\n"
 ONE_PASS_ONLY = "\n_gemm_partial_kernel = _gemm_sum_kernel = None  # the test's: the one-pass kernel only\n"
 
 
-def k_major_only(kernel: str) -> str:
-    """Appended to a candidate: `kernel`'s launches fail unless b reaches it K-contiguous (B_KMAJOR)."""
-    return textwrap.dedent(f"""
+def checked(only: str, *asserts: str) -> str:
+    """Appended to a candidate: `only` (the path that must run), and each launch of that path's first
+    kernel fails unless every assertion holds over its arguments (`given`, by name) and `kwargs`."""
+    kernel = "_gemm_partial_kernel" if only == SPLIT_ONLY else "_gemm_kernel"
+    lines = "".join(f"\n                    assert {a}" for a in asserts)
+    return only + textwrap.dedent(f"""
         _real = {kernel}
-        class _KMajorOnly:  # the test's: b must reach the kernel K-contiguous
+        class _Checked:  # the test's: the launch's arguments checked first
             def __getitem__(self, grid):
                 def launch(*args, **kwargs):
-                    given = dict(zip(_real.arg_names, args))
-                    assert given["stride_bk"] == 1, ("b is not K-contiguous", given["stride_bk"])
+                    given = dict(zip(_real.arg_names, args)){lines}
                     return _real[grid](*args, **kwargs)
                 return launch
-        {kernel} = _KMajorOnly()
+        {kernel} = _Checked()
         """)
 
 
-def padded_only(kernel: str, a_k_contiguous: bool, b_k_contiguous: bool) -> str:
-    """Appended to a candidate: `kernel`'s launches fail unless K reaches it padded to whole K slices,
-    a and b with the contiguous dims asked for and rows of a multiple of 16 elements (PAD_K)."""
-    return textwrap.dedent(f"""
-        _real_padded = {kernel}
-        class _PaddedOnly:  # the test's: K padded to whole slices, layouts kept, rows aligned
-            def __getitem__(self, grid):
-                def launch(*args, **kwargs):
-                    given = dict(zip(_real_padded.arg_names, args))
-                    assert given["K"] % kwargs["BLOCK_K"] == 0, ("K is not padded", given["K"])
-                    for unit, other in ((("stride_ak", "stride_am") if {a_k_contiguous} else ("stride_am", "stride_ak")),
-                                        (("stride_bk", "stride_bn") if {b_k_contiguous} else ("stride_bn", "stride_bk"))):
-                        assert given[unit] == 1 and given[other] % 16 == 0, ("layout", unit, given[unit], given[other])
-                    return _real_padded[grid](*args, **kwargs)
-                return launch
-        {kernel} = _PaddedOnly()
-        """)
+B_K_CONTIGUOUS = 'given["stride_bk"] == 1, ("b is not K-contiguous", given["stride_bk"])'
+K_PADDED = 'given["K"] % kwargs["BLOCK_K"] == 0, ("K is not padded", given["K"])'
+
+
+def aligned(operand: str, k_contiguous: bool) -> str:
+    """`operand` ("a" or "b") with the contiguous dim asked for, its rows a multiple of 16 elements."""
+    other = {"a": "m", "b": "n"}[operand]
+    unit, rows = (f"stride_{operand}k", f"stride_{operand}{other}")[:: 1 if k_contiguous else -1]
+    return f'given["{unit}"] == 1 and given["{rows}"] % 16 == 0, ("layout", given["{unit}"], given["{rows}"])'
+
+
+def padded(a_k_contiguous: bool, b_k_contiguous: bool) -> tuple[str, ...]:
+    """PAD_K's assertions: K in whole slices, a and b laid out as asked, rows aligned."""
+    return K_PADDED, aligned("a", a_k_contiguous), aligned("b", b_k_contiguous)
 
 
 # case: (reference, the configuration beyond SMALL_TILE, the small shape instead of its own, which
@@ -101,64 +100,22 @@ CASES: dict[str, tuple[str, dict[str, int | str], tuple[int, int, int, int] | No
     "matmul@1": ("matmul", {"SPLIT_K": 1}, None, ONE_PASS_ONLY),
     "fold@2": ("matmul", {"SPLIT_K": 2, "BLOCK_K": 16}, (1, 16, 16, 33600), SPLIT_ONLY),
     # B_KMAJOR: b ([K, N], N contiguous) copied K-contiguous before either path's launch
-    "matmul@4-tf32x3-kmajor": (
-        "matmul",
-        {"SPLIT_K": 4, "DOT": "tf32x3", "B_KMAJOR": 1},
-        None,
-        SPLIT_ONLY + k_major_only("_gemm_partial_kernel"),
-    ),
-    "matmul@1-kmajor": (
-        "matmul",
-        {"SPLIT_K": 1, "B_KMAJOR": 1},
-        None,
-        ONE_PASS_ONLY + k_major_only("_gemm_kernel"),
-    ),
-    "bmm@8-kmajor": (
-        "bmm",
-        {"SPLIT_K": 8, "B_KMAJOR": 1},
-        None,
-        SPLIT_ONLY + k_major_only("_gemm_partial_kernel"),
-    ),
+    "matmul@4-tf32x3-kmajor": ("matmul", {"SPLIT_K": 4, "DOT": "tf32x3", "B_KMAJOR": 1}, None,
+                               checked(SPLIT_ONLY, B_K_CONTIGUOUS)),
+    "matmul@1-kmajor": ("matmul", {"SPLIT_K": 1, "B_KMAJOR": 1}, None, checked(ONE_PASS_ONLY, B_K_CONTIGUOUS)),
+    "bmm@8-kmajor": ("bmm", {"SPLIT_K": 8, "B_KMAJOR": 1}, None, checked(SPLIT_ONLY, B_K_CONTIGUOUS)),
     # PAD_K: K = 2000 (1000, 1500, 1000) is not a multiple of the 32-wide slice: a and b copied into
     # zeroed buffers of whole slices, each keeping its contiguous dim, on either path; a given
-    # transposed ([K, M]) too, and a b that B_KMAJOR made K-contiguous first
-    "ragged@1-padk": (
-        "ragged",
-        {"SPLIT_K": 1, "PAD_K": 1},
-        None,
-        ONE_PASS_ONLY + padded_only("_gemm_kernel", True, False),
-    ),
-    "ragged@4-padk": (
-        "ragged",
-        {"SPLIT_K": 4, "PAD_K": 1},
-        None,
-        SPLIT_ONLY + padded_only("_gemm_partial_kernel", True, False),
-    ),
-    "ragged@1-kmajor-padk": (
-        "ragged",
-        {"SPLIT_K": 1, "PAD_K": 1, "B_KMAJOR": 1, "DOT": "tf32x3"},
-        None,
-        ONE_PASS_ONLY + padded_only("_gemm_kernel", True, True),
-    ),
-    "bmm@8-padk": (
-        "bmm",
-        {"SPLIT_K": 8, "PAD_K": 1},
-        None,
-        SPLIT_ONLY + padded_only("_gemm_partial_kernel", True, False),
-    ),
-    "linear-gelu@1-padk": (
-        "linear-gelu",
-        {"SPLIT_K": 1, "PAD_K": 1, "DOT": "tf32x3"},
-        None,
-        ONE_PASS_ONLY + padded_only("_gemm_kernel", True, True),
-    ),
-    "at@1-padk": (
-        "matmul-at",
-        {"SPLIT_K": 1, "PAD_K": 1},
-        None,
-        ONE_PASS_ONLY + padded_only("_gemm_kernel", False, False),
-    ),
-}
+    # transposed ([K, M]) too, and a b that B_KMAJOR asks K-contiguous (the padding's copy makes it so)
+    "ragged@1-padk": ("ragged", {"SPLIT_K": 1, "PAD_K": 1}, None, checked(ONE_PASS_ONLY, *padded(True, False))),
+    "ragged@4-padk": ("ragged", {"SPLIT_K": 4, "PAD_K": 1}, None, checked(SPLIT_ONLY, *padded(True, False))),
+    "ragged@1-kmajor-padk": ("ragged", {"SPLIT_K": 1, "PAD_K": 1, "B_KMAJOR": 1, "DOT": "tf32x3"}, None,
+                             checked(ONE_PASS_ONLY, *padded(True, True))),
+    "bmm@8-padk": ("bmm", {"SPLIT_K": 8, "PAD_K": 1}, None, checked(SPLIT_ONLY, *padded(True, False))),
+    "linear-gelu@1-padk": ("linear-gelu", {"SPLIT_K": 1, "PAD_K": 1, "DOT": "tf32x3"}, None,
+                           checked(ONE_PASS_ONLY, *padded(True, True))),
+    "at@1-padk": ("matmul-at", {"SPLIT_K": 1, "PAD_K": 1}, None, checked(ONE_PASS_ONLY, *padded(False, False))),
+}  # fmt: skip
 
 
 def _spec(tmp: Path, name: str, small: tuple[int, ...] | None = None, long: tuple[int, ...] = LONG) -> Path:
@@ -268,9 +225,7 @@ def test_the_k_major_check_bites_where_b_is_not_copied(
     """B_KMAJOR 0 (the ieee default) hands b to the kernel as given: the check of the kmajor cases fails."""
     spec, source, _ = generated["matmul@1"]
     assert 'CONFIG["B_KMAJOR"] and _sbk != 1' in source and "'B_KMAJOR': 0" in source
-    results = interpret(
-        {"as-given": (spec, source + ONE_PASS_ONLY + k_major_only("_gemm_kernel"))}, tmp_path, 1e-5
-    )
+    results = interpret({"as-given": (spec, source + checked(ONE_PASS_ONLY, B_K_CONTIGUOUS))}, tmp_path, 1e-5)
     assert "b is not K-contiguous" in results["as-given"], results
 
 
@@ -280,11 +235,7 @@ def test_the_padding_check_bites_where_k_is_not_padded(
     """PAD_K 0 on a K of 2000 hands the kernel K as it is: the check of the padk cases fails."""
     spec, source, _ = generated["ragged@4"]
     assert "'PAD_K': 0" in source
-    results = interpret(
-        {"as-is": (spec, source + SPLIT_ONLY + padded_only("_gemm_partial_kernel", True, False))},
-        tmp_path,
-        1e-5,
-    )
+    results = interpret({"as-is": (spec, source + checked(SPLIT_ONLY, *padded(True, False)))}, tmp_path, 1e-5)
     assert "K is not padded" in results["as-is"], results
 
 

@@ -38,7 +38,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,14 +134,14 @@ def prepare(
         state.info["references"] = "loaded"
         return
     with lease():
-        held = time.perf_counter()
-        state.steps["reference_outputs_wait"] = held - t
+        leased = time.perf_counter()
+        state.steps["reference_outputs_wait"] = leased - t
         mark = len(state.notes)
         for st in state.shapes:
             compute(state, st, probes[st.shape.name], cases, torch)
             if st.compiled is not None:
                 measure_noise(state, st, probes[st.shape.name], torch)
-        held = time.perf_counter() - held
+        held = time.perf_counter() - leased
         # device work: under the lease
         host = _on_host(state, torch) if share_to is not None and worth_sharing(state, held, torch) else None
     state.steps["reference_outputs"] = time.perf_counter() - t
@@ -157,13 +157,7 @@ def worth_sharing(state: Prepared, held_s: float, torch: Any) -> bool:
     mode = state.settings.share_references
     if mode != "auto":
         return mode == "always"
-    kept = sum(
-        o.nbytes
-        for st in state.shapes
-        for cs in st.cases
-        for o in cs.ref_outputs
-        if isinstance(o, torch.Tensor)
-    )
+    kept = sum(o.nbytes for o in _trial_outputs(state) if isinstance(o, torch.Tensor))
     return held_s > LOAD_SECONDS + kept / LOAD_BYTES_PER_S
 
 
@@ -289,9 +283,14 @@ def _key(state: Prepared, cases: list[Any]) -> dict[str, Any]:
     }
 
 
+def _trial_outputs(state: Prepared) -> Iterator[Any]:
+    """Every kept reference output of every shape's trials (tensors, or samples of large ones)."""
+    return (o for st in state.shapes for cs in st.cases for o in cs.ref_outputs)
+
+
 def _on_host(state: Prepared, torch: Any) -> list[list[list[Any]]] | None:
     """Every trial's outputs copied to the host, per shape; None where they may not be shared."""
-    tensors = [o for st in state.shapes for cs in st.cases for o in cs.ref_outputs]
+    tensors = list(_trial_outputs(state))
     if not all(isinstance(o, torch.Tensor) for o in tensors):  # a sample (`_kept`): not shared
         return None
     if sum(o.nbytes for o in tensors) > SHARE_MAX_BYTES:

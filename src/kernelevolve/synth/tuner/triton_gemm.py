@@ -303,9 +303,11 @@ def forward_setup(g: Gemm) -> list[str]:
             "_sbz = 0",
             "_sbk, _sbn = " + ("_b.stride(0), _b.stride(1)" if kn else "_b.stride(1), _b.stride(0)"),
         ]
-    if b_copy_knob(graph, g.dots, g.native):
+    b_copy = b_copy_knob(graph, g.dots, g.native)
+    if b_copy:  # (PAD_K's copy makes b K-contiguous itself where it pads: one copy, not two)
         lines += [
-            'if CONFIG["B_KMAJOR"] and _sbk != 1:  # TF32 tensor-core dots take b K-contiguous: a copy',
+            'if CONFIG["B_KMAJOR"] and _sbk != 1 and not (CONFIG["PAD_K"] and _K % CONFIG["BLOCK_K"]):',
+            "    # TF32 tensor-core dots take b K-contiguous: a copy",
             "    _b = _b.transpose(-1, -2).contiguous().transpose(-1, -2)",
             "    _sbk, _sbn = _b.stride(-2), _b.stride(-1)",
             "    _sbz = _b.stride(0) if _b.dim() == 3 and _b.shape[0] > 1 else 0",
@@ -320,25 +322,25 @@ def forward_setup(g: Gemm) -> list[str]:
         "if _out0.numel() == 0:",
         f"    return {outputs_tuple(graph)}",
         '_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]',
-        *pad_k_lines(km, kn),
+        *pad_k_lines(km, kn, b_copy),
     ]
     return lines
 
 
-def pad_k_lines(km: bool, kn: bool) -> list[str]:
+def pad_k_lines(km: bool, kn: bool, b_copy: bool) -> list[str]:
     """PAD_K: where K is not a multiple of the K slice, a and b copied into zeroed buffers of K rounded
     up to it (zeros past K add nothing), each keeping its contiguous dim, its rows 16-byte aligned, so
     that every K slice is whole (EVEN_K drops the masks) and loads vectorize (KernelBench 1/8's
     8205 x 2949 x 5921: each load of the unpadded operands masked and unvectorized, no variant above
-    0.44x of cuBLAS). One pass over a and b, timed with the kernel."""
+    0.44x of cuBLAS). One pass over a and b, timed with the kernel; where B_KMAJOR asks for b
+    K-contiguous (`b_copy`), this copy makes it so."""
     a_k, a_m = (-2, -1) if km else (-1, -2)  # a's K and M dims as the forward holds it
     b_k, b_n = (-2, -1) if kn else (-1, -2)
     return [
         'if CONFIG["PAD_K"] and _K % _bk:  # zeros past K: whole, aligned K slices',
         "    _Kp = triton.cdiv(_K, _bk) * _bk",
-        "",
-        "    def _padded(t, k, o):  # t with K (dim k) padded to _Kp, its contiguous dim kept",
-        "        if t.stride(k) == 1:",
+        "    def _padded(t, k, o, k_last=False):  # K (dim k) padded; t's contiguous dim kept, or K's",
+        "        if k_last or t.stride(k) == 1:",
         "            p = t.movedim(k, -1)",
         "            q = p.new_zeros(*p.shape[:-1], _Kp)",
         "            q[..., : p.shape[-1]] = p",
@@ -347,8 +349,9 @@ def pad_k_lines(km: bool, kn: bool) -> list[str]:
         "        q = p.new_zeros(*p.shape[:-2], _Kp, triton.cdiv(p.shape[-1], 16) * 16)",
         "        q[..., : p.shape[-2], : p.shape[-1]] = p",
         "        return q[..., : p.shape[-1]].movedim(-1, o)",
-        "",
-        f"    _a, _b, _K = _padded(_a, {a_k}, {a_m}), _padded(_b, {b_k}, {b_n}), _Kp",
+        f"    _a, _b = _padded(_a, {a_k}, {a_m}), _padded(_b, {b_k}, {b_n}"
+        + (', CONFIG["B_KMAJOR"] == 1)' if b_copy else ")"),
+        "    _K = _Kp",
         "    _saz = _a.stride(0) if _a.dim() == 3 else 0",
         f"    _sam, _sak = _a.stride({a_m}), _a.stride({a_k})",
         "    _sbz = _b.stride(0) if _b.dim() == 3 and _b.shape[0] > 1 else 0",
