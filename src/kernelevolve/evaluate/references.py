@@ -63,7 +63,8 @@ FILE_NAME = "references.pt"  # in a worker's folder, where it writes the file it
 # 2.5-6 s (a softmax spec's 1.2 GiB among them) where computing them had held the lease 0.3-0.4 s;
 # their candidates' correctness phase, copying the outputs to the device, took 0.45 s instead of 0.2
 # (benchmarks/results/2026-11-27-h100-throughput-shared-references.md). Under `share_references`
-# "auto" a pool shares only outputs whose computation held the lease longer than this.
+# "auto" a pool shares only outputs whose computation held the lease longer than this. The two
+# figures are fitted to those observations (1.2 GiB in about 5 s), not measured per file size.
 LOAD_SECONDS = 1.0
 LOAD_BYTES_PER_S = 250e6
 
