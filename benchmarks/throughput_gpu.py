@@ -21,7 +21,9 @@ of how long an evaluation waited for a prepared worker (`worker_wait`) and of it
 sums; how many evaluations' workers loaded their pool's shared reference outputs rather than
 computing them (`references_loaded`); the timeline (`timeline`: the first and last verdict from the bench's start, the steady rate
 between them, the time the device's lease was held per candidate and as a share of the wall time);
-with `--sample-gpu`, the device's utilization as `nvidia-smi` samples it.
+the profiles of new bests the runs took (`profiles`) and the lease their processes held
+(`profiles_lease_s`, recorded by code since 2026-11-27; not in `lease_held_s`, which counts the
+evaluations'); with `--sample-gpu`, the device's utilization as `nvidia-smi` samples it.
 
 Prints one line per variant, then a table; `--out` writes everything as JSON, and beside it each
 variant's workspace database (OUT-VARIANT.db).
@@ -106,6 +108,19 @@ def run_variant(
                 for step, seconds in steps.items():
                     if isinstance(seconds, int | float):
                         phases.setdefault(step, []).append(float(seconds))
+    # per profile of a new best (a diagnosis with a profile's metrics), the seconds its processes held
+    # the lease: recorded in the diagnosis since 2026-11-27 (None for code before that)
+    profiles: list[float | None] = []
+    if db.exists():
+        with sqlite3.connect(db) as conn:
+            for (diagnosis,) in conn.execute(
+                "SELECT diagnosis_json FROM nodes WHERE diagnosis_json IS NOT NULL"
+            ):
+                metrics = (json.loads(diagnosis) or {}).get("metrics")
+                if metrics:
+                    held = metrics.get("device_s")
+                    profiles.append(sum(float(x) for x in held.values() if x is not None) if held else None)
+    profiles_held = [x for x in profiles if x is not None]
     rows = doc.get("results") or []
     if args.out and db.exists():  # every evaluation's phases and time, for a timeline
         shutil.copy(db, args.out.parent / f"{args.out.stem}-{name}.db")
@@ -123,6 +138,9 @@ def run_variant(
         "medians": {k: round(statistics.median(v), 2) for k, v in sorted(phases.items())},
         "sums": {k: round(sum(v), 1) for k, v in sorted(phases.items())},
         **timeline(sorted(at), phases, sum(refs_held), wall),
+        "profiles": len(profiles),
+        "profiles_lease_s": round(sum(profiles_held), 1) if profiles_held else None,
+        "profiles_lease_share": round(sum(profiles_held) / wall, 2) if profiles_held and wall > 0 else None,
         "gpu_busy": busy,
         # the bench's progress lines, seconds from its start: where its start-up went
         "progress": [[round(t, 1), line[:160]] for t, line in progress[:400]],
@@ -254,7 +272,8 @@ def main() -> None:
         results.append(r)
         print(json.dumps({k: r.get(k) for k in ("variant", "rc", "wall_s", "evaluations", "per_minute",
                                                 "statuses", "references_loaded", "medians", "first_verdict_s", "steady_per_minute",
-                                                "lease_held_per_candidate_s", "lease_held_share", "gpu_busy")}),
+                                                "lease_held_per_candidate_s", "lease_held_share", "profiles",
+                                                "profiles_lease_s", "gpu_busy")}),
               flush=True)  # fmt: skip
         if r["rc"]:
             print(r["stderr_tail"], file=sys.stderr)

@@ -605,8 +605,9 @@ def test_diagnosis_classes_on_synthetic_profiles() -> None:
     # ncu: low achieved occupancy with many registers
     occ = {"ncu": {"summary": {"achieved_occupancy_pct": 18.0, "theoretical_occupancy_pct": 25.0,
                                "max_registers_per_thread": 168, "dram_throughput_pct": 30.0, "top_stalls": []}}}  # fmt: skip
-    d = diagnose(_verdict(0.3, "memory"), occ)
+    d = diagnose(_verdict(0.3, "memory"), {**occ, "device_s": {"ncu": 0.4}})
     assert d is not None and d["class"] == "occupancy-limited"
+    assert d["metrics"]["device_s"] == {"ncu": 0.4}  # what the profile held the lease for, kept
     assert (
         any("168 registers" in x for x in d["directives"])
         and d["metrics"]["ncu"]["max_registers_per_thread"] == 168

@@ -394,9 +394,11 @@ def test_profile_calls_on_the_cpu():
         calls.append(1)
         return torch.softmax(x, dim=-1) * 2
 
-    s = profile_calls(fn, iters=3, device="cpu")
+    seen_when_recorded: list[int] = []
+    s = profile_calls(fn, iters=3, device="cpu", recorded=lambda: seen_when_recorded.append(len(calls)))
     assert isinstance(s, ProfilerSummary)
     assert len(calls) == 1 + 3 + 3  # warm-up, timed loop, profiled loop
+    assert seen_when_recorded == [7]  # once, after the profiled loop, before the summary
     assert s.iters == 3 and s.kernels_per_call == 0 and s.kernels == []
     assert s.launch_overhead_us_per_call is None
     assert s.wall_us_per_call > 0
@@ -407,3 +409,73 @@ def test_profile_calls_on_the_cpu():
     assert ops["aten::softmax"].cpu_us >= ops["aten::softmax"].self_cpu_us
     assert all(o.name.startswith("aten::") for o in s.cpu_ops)
     assert json.loads(json.dumps(s.to_dict())) == s.to_dict()
+
+
+# ---- the profiled process and the device's lease ----------------------------------------------------
+
+# A candidate that notes, at each call, whether the device's lease is held (by another open of its
+# file: flock locks belong to an open file, so this process's own lease blocks it too).
+LEASE_PROBE = """
+import fcntl, os
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        fd = os.open(os.environ["PROBE_LEASE_FILE"], os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            held = False
+        except BlockingIOError:
+            held = True
+        finally:
+            os.close(fd)
+        with open(os.environ["PROBE_OUT"], "a") as f:
+            f.write("held\\n" if held else "free\\n")
+        return torch.softmax(x, dim=-1)
+"""
+
+
+@pytest.mark.parametrize("mode", ["torch", "ncu"])
+def test_a_profiled_process_gives_the_lease_back_once_its_calls_are_done(tmp_path, monkeypatch, mode):
+    """The lease covers the measured calls and nothing after them: torch.profiler's trace turned into
+    events and summarized, the result written and the process's end run without it (they held it
+    2.7 s of a profile's 5.6 s on an H200, where the calls took a fraction of that). Mode ncu on the
+    CPU makes the one call in the range that ncu, outside, would watch."""
+    import fcntl
+    import os
+
+    from kernelevolve.evaluate.lease import DeviceLease
+    from kernelevolve.profile import target
+
+    leases = tmp_path / "leases"
+    monkeypatch.setenv("KERNELEVOLVE_LEASE_DIR", str(leases))
+    probe_out = tmp_path / "probe.txt"
+    monkeypatch.setenv("PROBE_OUT", str(probe_out))
+    lock_file = DeviceLease("dev-test").path  # created on first acquire
+    lock_file.touch()
+    monkeypatch.setenv("PROBE_LEASE_FILE", str(lock_file))
+    cand = tmp_path / "candidate.py"
+    cand.write_text(LEASE_PROBE)
+    result = tmp_path / "result.json"
+    spec = Path(__file__).parent / "specs" / "softmax.py"
+    if mode == "ncu":  # without ncu outside: the range's markers are CUDA's; on the CPU, no-ops
+        import torch
+
+        monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: None)
+        monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: None)
+    code = target.main([str(spec), str(cand), "--shape", "narrow", "--device", "cpu", "--mode", mode,
+                        "--iters", "2", "--out", str(result), "--lease", "dev-test"])  # fmt: skip
+    out = json.loads(result.read_text())
+    assert code == 0 and out["ok"], out
+    seen = probe_out.read_text().split()
+    # every call under the lease (on the CPU the first, compiling one too): then the range's one call,
+    # or profile_calls' warm-up, timed and recorded calls
+    assert seen == ["held"] * (1 + (1 if mode == "ncu" else 1 + 2 + 2)), seen
+    assert 0 < out["device_s"] < 60
+    fd = os.open(lock_file, os.O_RDWR)
+    try:  # given back before main returned, not left to the process's end
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)

@@ -61,7 +61,8 @@ def diagnose(verdict: dict[str, Any], metrics: dict[str, Any] | None = None) -> 
     }  # fmt: skip
     if metrics and (prof or ncu):
         out["metrics"] = {"profiler": _brief_profiler(prof) if prof else None, "ncu": ncu or None,
-                          "tools": metrics.get("tools", []), "errors": metrics.get("errors", [])}  # fmt: skip
+                          "tools": metrics.get("tools", []), "errors": metrics.get("errors", []),
+                          "device_s": metrics.get("device_s") or {}}  # fmt: skip
     return out
 
 

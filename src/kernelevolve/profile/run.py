@@ -50,7 +50,10 @@ def profile_candidate(
         mode = "torch"  # an explicit request on the CPU: torch.profiler is what there is
     shape = shape or heaviest_shape(spec)
     spec.shape(shape)  # an unknown name fails here, with the spec's error
-    out: dict[str, Any] = {"shape": shape, "profiler": None, "ncu": None, "tools": [], "errors": []}
+    # device_s: per tool, the seconds its process held the device's lease (what a profile costs the
+    # evaluations waiting for it)
+    out: dict[str, Any] = {"shape": shape, "profiler": None, "ncu": None, "tools": [], "errors": [],
+                           "device_s": {}}  # fmt: skip
     if mode == "off":
         return out
     gpu = platform.name in ("cuda", "rocm")
@@ -64,7 +67,7 @@ def profile_candidate(
             if res.get("ok"):
                 out["profiler"] = res["profiler"] | {"wall_us_per_call": res.get("wall_us_per_call")}
                 out["tools"].append("torch.profiler")
-                out["device_s"] = {"torch.profiler": res.get("device_s")}
+                out["device_s"]["torch.profiler"] = res.get("device_s")
             else:
                 out["errors"].append(f"torch.profiler: {res.get('error')}")
         if mode in ("auto", "ncu") and platform.name == "cuda":
@@ -79,6 +82,7 @@ def profile_candidate(
                     out["errors"].append(f"ncu: {err}")
                 else:
                     out["tools"].append("ncu")
+                    out["device_s"]["ncu"] = out["ncu"]["device_s"]
         elif mode == "ncu":
             out["errors"].append(f"ncu: profiles NVIDIA GPUs only, not platform {platform.name!r}")
         notes = work / "sandbox-notes.txt"

@@ -158,9 +158,13 @@ def _cpu_ops(events: list[dict[str, Any]]) -> list[CpuOp]:
     return sorted(ops, key=lambda o: -o.cpu_us)[:TOP_CPU_OPS]
 
 
-def profile_calls(fn: Callable[[], Any], iters: int = 5, device: str = "cuda") -> ProfilerSummary:
+def profile_calls(
+    fn: Callable[[], Any], iters: int = 5, device: str = "cuda", recorded: Callable[[], object] | None = None
+) -> ProfilerSummary:
     """Warm `fn` up once, time `iters` calls, then record `iters` more with torch.profiler (CPU and
-    CUDA activities on a CUDA device, CPU alone otherwise)."""
+    CUDA activities on a CUDA device, CPU alone otherwise). `recorded` is called once the recorded
+    calls have finished on the device, before the profiler stops and its trace becomes events (host
+    work, seconds of it): where the device's lease is held for the calls, it goes back there."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -184,6 +188,8 @@ def profile_calls(fn: Callable[[], Any], iters: int = 5, device: str = "cuda") -
         for _ in range(iters):
             fn()
         sync()
+        if recorded is not None:
+            recorded()
     return summarize_events(events_from_profiler(prof), iters, wall_s)
 
 
