@@ -2,13 +2,14 @@
 reference's own eager call (cuBLAS, strict fp32: no TF32) on one GPU.
 
     python benchmarks/gemm_layout_gpu.py KERNELBENCH/level1/1_*.py KERNELBENCH/level1/2_*.py ...
-        [--rounds 15] [--out FILE.json]
+        [--rounds 15] [--flip B_KMAJOR] [--flip PAD_K] [--out FILE.json]
 
 Not the harness's verdict (no sandbox, no second input distribution, no torch.compile baseline): a
 minutes-long look at what one knob does before a bench spends candidates on it. For each problem
 whose reference the tuner recognizes as one GEMM: the triton-gemm template's default configuration
 (the ieee dot), its 3xTF32 drafts, and each of those with the other `B_KMAJOR` where the knob exists
-(b given as [K, N] copied K-contiguous before the launch, or not). Each variant is compiled, run once
+(b given as [K, N] copied K-contiguous before the launch, or not), and with `--flip PAD_K` the other
+`PAD_K` too (a K that is not a multiple of the K slice padded with zeros, or masked). Each variant is compiled, run once
 on the problem's inputs and judged with the harness's `compare` at the strict fp32 tolerance, then
 timed in `--rounds` rounds interleaved with the reference (one call each per round, CUDA events, the
 L2 cache flushed before each call); the median ratio reference / variant is its speedup. Prints one
@@ -43,18 +44,23 @@ def timed(fn: Any, flush: Any) -> float:
     return float(start.elapsed_time(end))
 
 
-def variants(gen: Any) -> list[tuple[str, dict[str, Any]]]:
-    """(label, configuration): the default, the drafts, and each with B_KMAJOR flipped."""
+FLIPS = {"B_KMAJOR": "b", "PAD_K": "pad"}  # the 0/1 knobs `--flip` may name, and their labels
+
+
+def variants(gen: Any, flips: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, configuration): the default, the drafts, and each of those with every knob in `flips`
+    flipped, alone and together (where the template has the knob)."""
     out = [("default", dict(gen.config))] + [(f"draft{i}", dict(d)) for i, d in enumerate(gen.drafts)]
-    if "B_KMAJOR" in gen.tunables:
-        out += [
-            (f"{label}/b{1 - int(c['B_KMAJOR'])}", {**c, "B_KMAJOR": 1 - int(c["B_KMAJOR"])})
-            for label, c in out
-        ]
+    for knob in flips:
+        if knob in gen.tunables:
+            out += [
+                (f"{label}/{FLIPS[knob]}{1 - int(c[knob])}", {**c, knob: 1 - int(c[knob])})
+                for label, c in out
+            ]
     return out
 
 
-def run_problem(path: Path, rounds: int, tmp: Path) -> list[dict[str, Any]]:
+def run_problem(path: Path, rounds: int, tmp: Path, flips: list[str]) -> list[dict[str, Any]]:
     import torch
 
     from kernelevolve.evaluate.correctness import compare, tolerance_for
@@ -80,7 +86,7 @@ def run_problem(path: Path, rounds: int, tmp: Path) -> list[dict[str, Any]]:
     flops = 2.0 * sum(graph.rows.values()) / len(graph.rows) * next(iter(graph.cols.values()))
     flops *= next(iter(graph.inner.values()), 0)
     rows = []
-    for label, config in variants(base):
+    for label, config in variants(base, flips):
         row: dict[str, Any] = {"problem": path.stem, "variant": label, "config": config}
         try:
             source = generate(graph, config=config, template="triton-gemm").source
@@ -127,7 +133,11 @@ def main() -> None:
     parser.add_argument("problems", nargs="+", type=Path)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--flip", action="append", choices=sorted(FLIPS), help="knob to flip (default B_KMAJOR)"
+    )
     args = parser.parse_args()
+    flips = args.flip or ["B_KMAJOR"]
     import torch
 
     from kernelevolve.platforms import get_platform
@@ -138,14 +148,15 @@ def main() -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for path in args.problems:
-            rows += run_problem(path, args.rounds, Path(tmp))
+            rows += run_problem(path, args.rounds, Path(tmp), flips)
     print(
-        f"\n{'problem':<42} {'variant':<12} {'DOT':<7} {'B_KMAJOR':>8} {'ms':>9} {'ref ms':>9} {'speedup':>8} {'TFLOP/s':>8}  status"
+        f"\n{'problem':<42} {'variant':<16} {'DOT':<7} {'B_KMAJOR':>8} {'PAD_K':>5} {'ms':>9} {'ref ms':>9} {'speedup':>8} {'TFLOP/s':>8}  status"
     )
     for r in rows:
         c = r.get("config") or {}
         print(
-            f"{r['problem'][:42]:<42} {r['variant']:<12} {c.get('DOT', '')!s:<7} {c.get('B_KMAJOR', '-')!s:>8} "
+            f"{r['problem'][:42]:<42} {r['variant']:<16} {c.get('DOT', '')!s:<7} {c.get('B_KMAJOR', '-')!s:>8} "
+            f"{c.get('PAD_K', '-')!s:>5} "
             f"{r.get('ms', ''):>9} {r.get('ref_ms', ''):>9} {r.get('speedup', ''):>8} {r.get('tflops', '')!s:>8}  {r['status'][:60]}"
         )
     if args.out:
