@@ -38,6 +38,7 @@ class Ledger:
         self.started: dict[str, int] = {}
         self.ended: dict[str, int] = {}
         self.calls: Counter[str] = Counter()
+        self.precisions: dict[str, float | None] = {}  # the timing precision each evaluation was asked
         self.inflight = self.peak = 0
 
     def tick(self) -> int:
@@ -61,9 +62,10 @@ class DrawnVerdicts:
         pass
 
     def evaluate_one(self, source: str, label: str = "candidate.py", *, shapes: list[str] | None = None,
-                     timing_budget_s: float | None = None) -> Verdict:  # fmt: skip
+                     timing_budget_s: float | None = None, timing_precision: float | None = None) -> Verdict:  # fmt: skip
         with LEDGER.lock:
             LEDGER.calls[label] += 1
+            LEDGER.precisions[label] = timing_precision
             LEDGER.started[label] = LEDGER.tick()
             LEDGER.inflight += 1
             LEDGER.peak = max(LEDGER.peak, LEDGER.inflight)
@@ -91,7 +93,7 @@ def test_twelve_expansions_in_flight_keep_the_tree_whole(tmp_path: Path) -> None
     register_executor("drawn-verdicts", Executor(build=DrawnVerdicts, slots=lambda s, p: 12))
     try:
         settings = replace(cpu_settings(tmp_path), executor="drawn-verdicts", workers=0, skills=False,
-                           warm_start=False, fitness_baseline="eager")  # fmt: skip
+                           warm_start=False, fitness_baseline="eager", search_timing_precision=0.02)  # fmt: skip
         budget = 60
         run_id = start(SPECS / "softmax.py", settings, SearchConfig(draft=4, parallel=12),
                        Limits(budget=budget), SynthConfig("tuner"))  # fmt: skip
@@ -110,6 +112,10 @@ def test_twelve_expansions_in_flight_keep_the_tree_whole(tmp_path: Path) -> None
     assert all(c == 1 for c in searched.values()), [k for k, c in searched.items() if c > 1]
     evaluated = [n for n in nodes if n["state"] == "evaluated"]
     assert {f"node-{n['id']}.py" for n in evaluated} == set(searched)
+    # the search ranks at its own precision; the finish step re-measures at the settings' (None)
+    finals = {k: v for k, v in LEDGER.precisions.items() if k.endswith("-final.py")}
+    assert finals and set(finals.values()) == {None}
+    assert {LEDGER.precisions[k] for k in searched} == {0.02}
     by_id = {n["id"]: n for n in nodes}
     for n in nodes:
         for parent in (n["parent"], n["parent2"]):

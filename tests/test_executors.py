@@ -369,3 +369,43 @@ def test_a_verdict_says_where_start_up_time_went(softmax_pool: EvaluatorPool) ->
     assert v.phases["worker_start"] > own, v.phases
     assert v.phases["worker_wait"] >= 0
     assert {"compile", "correctness", "timing"} <= set(v.phases), v.phases  # the evaluation's own
+
+
+# -- the search's timing precision ---------------------------------------------------------------------
+
+
+def test_a_precision_asked_for_one_evaluation_ends_its_rounds_at_it(tmp_path: Path) -> None:
+    """The search's evaluations rank candidates at a wider precision than the finish step's
+    re-measures (`Platform.search_precision`): asked of the pool for one evaluation, the worker ends
+    each shape's rounds once every median is known within it, and the verdict's method says so. On
+    the CPU, which otherwise times its whole budget, 50% ends every shape at the first look."""
+    # about 0.1 s a round on a CI machine: some 16 rounds a shape in the budget
+    settings = cpu_settings(tmp_path, timing_budget_s=2.0, min_trials=5, max_trials=300)
+    with EvaluatorPool(load_spec(SPECS / "softmax.py"), get_platform("cpu"), settings) as pool:
+        wide = pool.evaluate_one(HONEST, "wide.py", timing_precision=0.5)
+        whole = pool.evaluate_one(HONEST, "whole.py")
+    assert wide.status == Status.OK and whole.status == Status.OK, (wide.message, whole.message)
+    assert [s.candidate.n for s in wide.shapes if s.candidate] == [6, 6]  # rounds 0..5: the first look
+    assert all(s.candidate is not None and s.candidate.n > 6 for s in whole.shapes), whole.shapes
+    assert any("+-50.0%" in n for n in wide.method.notes), wide.method.notes
+    assert not any("interval is within" in n for n in whole.method.notes)
+
+
+def test_the_search_precision_is_its_own_setting_else_the_timing_one_else_the_platforms() -> None:
+    from types import SimpleNamespace
+
+    from kernelevolve.platforms.base import Platform
+    from kernelevolve.platforms.cpu import CpuPlatform
+    from kernelevolve.platforms.cuda import CudaPlatform
+
+    assert (CudaPlatform.timing_precision, CudaPlatform.search_timing_precision) == (0.005, 0.01)
+    assert CpuPlatform.search_timing_precision == 0.0  # the CPU times its whole budget, searching too
+    gpu = SimpleNamespace(search_timing_precision=0.01)
+
+    def precision(**given: float | None) -> float:
+        settings = SimpleNamespace(**({"search_timing_precision": None, "timing_precision": None} | given))
+        return Platform.search_precision(gpu, settings)  # type: ignore[arg-type]
+
+    assert precision() == 0.01
+    assert precision(timing_precision=0.002) == 0.002  # a user's precision holds for the search too
+    assert precision(timing_precision=0.002, search_timing_precision=0.03) == 0.03

@@ -53,6 +53,10 @@ class Settings:
     # Rounds end early once every callee's median is known within +-this (95% CI); None: the
     # platform's (0.005 on a GPU; 0 on the CPU, which times its whole budget); 0: never early.
     timing_precision: float | None = None
+    # The same for the search's own evaluations, which only rank candidates: the finish step
+    # re-measures the winners at `timing_precision`, and every reported number is a re-measurement.
+    # None: `timing_precision` where it is set, else the platform's (0.01 on a GPU, 0 on the CPU).
+    search_timing_precision: float | None = None
     graph_threshold_us: float = 50.0  # below this single-call time a shape is timed as CUDA graphs
     checked_fraction: float = 0.1  # share of timed candidate calls whose outputs are verified
     # Correctness: seeds x distributions per shape (at least 3 x 2, enforced).

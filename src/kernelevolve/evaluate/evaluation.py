@@ -277,6 +277,8 @@ class _Evaluation:
         )
         if self.msg.timing_budget_s:  # a quick run: a shorter look, same method
             plan = dataclasses.replace(plan, budget_s=self.msg.timing_budget_s)
+        if self.msg.timing_precision is not None:  # the search's: ranks, the finish re-measures
+            plan = dataclasses.replace(plan, precision=self.msg.timing_precision)
         m = self.verdict.method
         m.timer, m.l2, m.interleaved, m.warmup = self.state.timer.name, self.state.timer.l2, True, plan.warmup
         if self.state.timer.note:

@@ -49,6 +49,7 @@ class Evaluator(Protocol):
         *,
         shapes: list[str] | None = None,
         timing_budget_s: float | None = None,
+        timing_precision: float | None = None,
     ) -> Verdict: ...
 
 
@@ -238,10 +239,12 @@ class DevicePools:
         *,
         shapes: list[str] | None = None,
         timing_budget_s: float | None = None,
+        timing_precision: float | None = None,
     ) -> Verdict:
         i = self._load.take()
         try:
-            return self.pools[i].evaluate_one(source, label, shapes=shapes, timing_budget_s=timing_budget_s)
+            timing = {"timing_budget_s": timing_budget_s, "timing_precision": timing_precision}
+            return self.pools[i].evaluate_one(source, label, shapes=shapes, **timing)
         finally:
             self._load.give(i)
 

@@ -136,6 +136,9 @@ class EvaluateMsg:
     gpu_memory_fraction: float | None = None  # the pool's current share (it may have grown)
     shapes: tuple[str, ...] = ()  # the spec shapes to evaluate (empty: all)
     timing_budget_s: float | None = None  # a quick run's shorter timing budget (None: the settings')
+    # the search's evaluations: a wider precision than the settings' (None: the settings', else the
+    # platform's; see `Settings.search_timing_precision`)
+    timing_precision: float | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvaluateMsg:
@@ -150,6 +153,7 @@ class EvaluateMsg:
             gpu_memory_fraction=data.get("gpu_memory_fraction"),
             shapes=tuple(data.get("shapes") or ()),
             timing_budget_s=_float_or_none(data.get("timing_budget_s")),
+            timing_precision=_float_or_none(data.get("timing_precision")),
         )
 
 

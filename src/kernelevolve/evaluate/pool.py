@@ -271,9 +271,11 @@ class EvaluatorPool:
         *,
         shapes: list[str] | None = None,
         timing_budget_s: float | None = None,
+        timing_precision: float | None = None,
     ) -> Verdict:
-        """The verdict on one candidate. `shapes` narrows it to those spec shapes and
-        `timing_budget_s` shortens the timing (a quick run while a candidate is being written)."""
+        """The verdict on one candidate. `shapes` narrows it to those spec shapes,
+        `timing_budget_s` shortens the timing (a quick run while a candidate is being written), and
+        `timing_precision` overrides the settings' (the search's evaluations: `Platform.search_precision`)."""
         unknown = sorted(set(shapes or ()) - set(self.spec.names))
         if unknown:
             raise SpecError(
@@ -300,6 +302,7 @@ class EvaluatorPool:
             )
         else:
             options = {"shapes": shapes, "timing_budget_s": timing_budget_s}
+            options["timing_precision"] = timing_precision
             verdict = self._run(source, digest, kind, label, base, options)
         verdict.method = verdict.method if verdict.method.device else self._method()
         verdict.method.device_index = self.settings.device

@@ -166,12 +166,13 @@ class EvalActor:
         return self.where
 
     def evaluate(
-        self, source: str, label: str, shapes: list[str] | None, timing_budget_s: float | None
+        self, source: str, label: str, shapes: list[str] | None, timing: dict[str, float | None]
     ) -> dict[str, Any]:
+        """`timing`: `timing_budget_s` and `timing_precision`, as `EvaluatorPool.evaluate_one` takes them."""
         if self.error is not None:
             raise self.error
         assert self.pool is not None
-        verdict = self.pool.evaluate_one(source, label, shapes=shapes, timing_budget_s=timing_budget_s)
+        verdict = self.pool.evaluate_one(source, label, shapes=shapes, **timing)
         verdict.method.notes.append(f"evaluated on {self.where}")
         return verdict.to_dict()
 
@@ -366,22 +367,24 @@ class RayEvaluator:
         *,
         shapes: list[str] | None = None,
         timing_budget_s: float | None = None,
+        timing_precision: float | None = None,
     ) -> Verdict:
         self._event("start", label, None)
         slot = self._load.take()  # a HarnessError once the evaluator is closed
+        timing = {"timing_budget_s": timing_budget_s, "timing_precision": timing_precision}
         try:
-            verdict = self._evaluate(slot, source, label, shapes, timing_budget_s)
+            verdict = self._evaluate(slot, source, label, shapes, timing)
         finally:
             self._load.give(slot)
         self._event("done", label, verdict)
         return verdict
 
     def _evaluate(
-        self, slot: int, source: str, label: str, shapes: list[str] | None, timing_budget_s: float | None
+        self, slot: int, source: str, label: str, shapes: list[str] | None, timing: dict[str, float | None]
     ) -> Verdict:
         actor = self.actors[slot]
         try:
-            return self._call(actor, source, label, shapes, timing_budget_s)
+            return self._call(actor, source, label, shapes, timing)
         except ACTOR_LOST as exc:
             if self._aborted:
                 raise EvaluationAborted("the Ray evaluator was aborted") from exc
@@ -391,7 +394,7 @@ class RayEvaluator:
         )
         actor = self._replace(slot, actor)
         try:
-            return self._call(actor, source, label, shapes, timing_budget_s)
+            return self._call(actor, source, label, shapes, timing)
         except ACTOR_LOST as exc:
             r = self.request
             return Verdict.failure(
@@ -403,10 +406,10 @@ class RayEvaluator:
             )  # fmt: skip
 
     def _call(
-        self, actor: Any, source: str, label: str, shapes: list[str] | None, timing_budget_s: float | None
+        self, actor: Any, source: str, label: str, shapes: list[str] | None, timing: dict[str, float | None]
     ) -> Verdict:
         try:
-            return Verdict.from_dict(ray.get(actor.evaluate.remote(source, label, shapes, timing_budget_s)))
+            return Verdict.from_dict(ray.get(actor.evaluate.remote(source, label, shapes, timing)))
         except ray.exceptions.RayTaskError as exc:
             _raise_cause(exc)
             raise  # unreachable: _raise_cause always raises

@@ -28,6 +28,7 @@ class CpuPlatform(Platform):
     exclusive = True
     warmup_s = 0.25
     timing_precision = 0.0
+    search_timing_precision = 0.0
 
     def present(self) -> tuple[bool, str]:
         try:

@@ -4,7 +4,8 @@ One `Engine` drives one run. Each expansion is one thread's work:
 
     select (policy, under the engine's lock) -> create the node in the store (state `created`)
     -> gather its context (memory mode) -> the synthesizer proposes (state `proposed`, or `failed`)
-    -> the evaluator pool's verdict (state `evaluated`) -> the best is updated under the noise rule
+    -> the evaluator pool's verdict, timed at the search's precision (state `evaluated`; the finish
+       step re-measures winners at the settings') -> the best is updated under the noise rule
     -> what the run learns from it (the node's analysis, a candidate skill, a profile of a new best)
 
 Up to `parallel` expansions are in flight, so model calls overlap evaluations. Every state change is
@@ -318,7 +319,9 @@ class Engine:
             # EvaluationAborted (the run interrupted) passes through: nothing recorded, the node stays
             # `proposed` and a resumed run evaluates it.
             evaluation_id = None
-            verdict = self.pool.evaluate_one(node.source, f"node-{node_id}.py", shapes=self.ctx.shapes)
+            precision = self.ctx.platform.search_precision(self.ctx.settings)  # ranks; finish re-measures
+            verdict = self.pool.evaluate_one(node.source, f"node-{node_id}.py", shapes=self.ctx.shapes,
+                                             timing_precision=precision)  # fmt: skip
             verdict.method.key = self.reuse_key
         eval_s = time.perf_counter() - start
         data = verdict.to_dict()
@@ -330,10 +333,8 @@ class Engine:
                 assert best is not None
                 self._best = best.id
                 self.ws.update_run(self.run_id, best_node=best.id)
-        self.emit(
-            "evaluated",
-            {"node": node_id, "verdict": verdict, "best": self.best_info(), "new_best": improved},
-        )
+        self.emit("evaluated", {"node": node_id, "verdict": verdict, "best": self.best_info(),
+                                "new_best": improved})  # fmt: skip
         self._learn(node_id, profile=improved and verdict.ok)
         return verdict
 
