@@ -301,8 +301,8 @@ class EvaluatorPool:
                 **base,
             )
         else:
-            options = {"shapes": shapes, "timing_budget_s": timing_budget_s}
-            options["timing_precision"] = timing_precision
+            options = {"shapes": shapes, "timing_budget_s": timing_budget_s,
+                       "timing_precision": timing_precision}  # fmt: skip
             verdict = self._run(source, digest, kind, label, base, options)
         verdict.method = verdict.method if verdict.method.device else self._method()
         verdict.method.device_index = self.settings.device

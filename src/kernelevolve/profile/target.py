@@ -14,10 +14,11 @@ candidate's module are imported, and given back as soon as the measured calls ha
 device: the host's part of a profile (python, imports, Nsight Compute's own start; torch.profiler's
 trace, turned into events and summarized; the result written, the process's end) never keeps an
 evaluation waiting. (Held to the process's end, as it was until 2026-11-27, a profile kept the lease
-2.7 s under torch.profiler and 2.9 s under ncu on an H200, where its calls took a fraction of that.) With `--warm-before-lease` (a GPU, where
-a worker's preparation also runs beside timings: its reference outputs, the torch.compile baseline's
-warm-up) CUDA's start, the inputs and weights, and the candidate's first call (which compiles and
-loads its kernels) come before the lease too, so the lease covers only what is measured; that one
+2.7 s under torch.profiler and 2.9 s under ncu on an H200, where its calls took a fraction of that;
+1.7 s in all for both since, on an H100.) With `--warm-before-lease` (a GPU, where a worker's
+preparation also runs beside timings: its reference outputs, the torch.compile baseline's warm-up)
+CUDA's start, the inputs and weights, and the candidate's first call (which compiles and loads its
+kernels) come before the lease too, so the lease covers only what is measured; that one
 call runs beside whatever holds the lease, against timings that take medians over many rounds. On the
 CPU nothing runs beside a timing, so the lease comes first. `device_s` in the result: how long the
 lease was held. Under ncu the candidate is called twice (the first call, and one inside the range):
