@@ -411,3 +411,22 @@ def test_a_256_by_256_gemm_of_k_2_to_the_19_splits_on_cuda(tmp_path: Path, dot: 
     got, want = mod.ModelNew()(a, b).double(), a.double() @ b.double()
     assert float((got - want).norm() / want.norm()) < 1e-5
     assert float(((got - want).abs() / want.abs()).max()) < 1e-4
+
+
+def test_a_batched_b_is_drafted_once_more_wide_and_as_given(tmp_path: Path) -> None:
+    """A b per batch item is as large as the product reads: copying it K-contiguous costs that pass
+    again (KernelBench 1/3 on an H100: 3xTF32 32 x 256 with b as given 1.14x of cuBLAS fp32, every
+    tile with b copied 0.96x at best). Its drafts end with that tile and b as given; a b shared by
+    the batch (a matmul's) is not drafted so."""
+    wide_as_given = {"BLOCK_M": 32, "BLOCK_N": 256, "DOT": "tf32x3", "B_KMAJOR": 0}
+
+    def drafts(name: str, small: tuple[int, int, int, int]) -> list[dict[str, int | str]]:
+        graph, why = recognize(load_spec(_spec(tmp_path, name, small=small)))
+        assert graph is not None, why
+        return triton_gemm.build(graph, "strict_fp32").drafts
+
+    batched = drafts("bmm", (128, 512, 2048, 1024))
+    assert wide_as_given.items() <= batched[-1].items(), batched[-1]
+    assert [d["B_KMAJOR"] for d in batched] == [1, 1, 1, 0]  # the presets copy b, the last does not
+    shared = drafts("matmul", (1, 2048, 4096, 8192))
+    assert all(d["B_KMAJOR"] == 1 for d in shared) and len(shared) == 3

@@ -430,17 +430,20 @@ def test_gemm_drafts_are_presets_with_the_fast_dot_fitted_to_the_shape() -> None
     big.rows, big.cols, big.batch, big.inner = {"s": 8 * 4096}, {"s": 4096}, {"s": 8}, {"s": 4096}
     gen = generate(big)
     # strict fp32: the default tile with 3xTF32 first, then the wide-N and narrow-N tiles, all 3xTF32
+    # with b copied K-contiguous; a batched b once more wide-N with b as given
     assert gen.drafts[0] == {**gen.config, "DOT": "tf32x3", "B_KMAJOR": 1}  # b copied K-contiguous
-    assert [(d["BLOCK_M"], d["BLOCK_N"], d["num_warps"]) for d in gen.drafts[1:]] == [
-        (32, 256, 4),
-        (128, 64, 4),
+    assert [(d["BLOCK_M"], d["BLOCK_N"], d["num_warps"], d["B_KMAJOR"]) for d in gen.drafts[1:]] == [
+        (32, 256, 4, 1),
+        (128, 64, 4, 1),
+        (32, 256, 4, 0),
     ]
     assert {d["DOT"] for d in gen.drafts} == {"tf32x3"}
     for d in gen.drafts:
         assert d != gen.config and set(d) == set(gen.tunables)
         assert all(v in gen.tunables[k] for k, v in d.items())
-    # tf32: its default dot is already the fast one, so only the two other tiles are drafted
-    assert [d["DOT"] for d in generate(big, precision="tf32").drafts] == ["tf32", "tf32"]
+    # tf32: its default dot is already the fast one, so only the two other tiles are drafted (and
+    # the batched b's wide tile as given)
+    assert [d["DOT"] for d in generate(big, precision="tf32").drafts] == ["tf32", "tf32", "tf32"]
     # a narrow product (N = 1, a mat-vec) never drafts a tile wider than its default's
     matvec = bmm_graph()
     matvec.rows, matvec.cols, matvec.batch, matvec.inner = {"s": 2048}, {"s": 1}, {"s": 1}, {"s": 1 << 20}

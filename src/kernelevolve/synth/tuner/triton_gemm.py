@@ -59,13 +59,11 @@ FOLD_ABOVE = 1024
 PAD_K_MIN = 128  # M and N at least, for PAD_K on by default (`knobs`)
 
 
-# Tile presets a GEMM-shaped template (`triton_gemm`, `triton_conv`) drafts after its default, best
-# guess first. Half operands: the Triton matmul tutorial's first autotune configs for CUDA. fp32
-# operands (32-wide K slices: three stages of a 128 x 256 fp32 tile's panels fit Hopper's shared
-# memory, 64-wide do not): the default tile, a wide-N tile and a narrow-N one, each with the fastest
-# dot the precision allows (3xTF32 for strict fp32); on an H100 at KernelBench's strict square and
-# 4-D GEMMs these were the tuner's winners (1.14-1.20x vs cuBLAS's fp32), found there only by luck
-# among random drafts.
+# Tile presets a GEMM-shaped template (`triton_gemm`, `triton_conv`) drafts after its default, best guess
+# first. Half operands: the Triton matmul tutorial's first autotune configs for CUDA. fp32 (32-wide K
+# slices: three stages of a 128 x 256 fp32 tile's panels fit Hopper's shared memory, 64-wide do not):
+# the default tile, a wide-N and a narrow-N one, with the precision's fastest dot (3xTF32 for strict fp32),
+# the tuner's winners on an H100 at KernelBench's square and 4-D GEMMs, found before only by luck.
 HALF_PRESETS: list[dict[str, int | str]] = [
     {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 8},
     {"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 4, "num_warps": 4},
@@ -78,21 +76,26 @@ FP32_PRESETS: list[dict[str, int | str]] = [
 ]
 # The dot a precision's drafts take: strict fp32's default is IEEE (fp32 SIMT), its fast choice 3xTF32.
 FAST_DOT = {"strict_fp32": "tf32x3", "tf32": "tf32", "low": "bf16"}
+# A batched b's copy is a pass over as many bytes as the product reads: KernelBench 1/3 (b 1 GiB) ran
+# 1.14x of cuBLAS fp32 at 3xTF32 32 x 256 with b as given, 0.96x at best copied (h100-gemm-layout).
+BATCHED_B_PRESET: dict[str, int | str] = {**FP32_PRESETS[1], "B_KMAJOR": 0}
 
 
-def gemm_drafts(
-    tunables: dict[str, list[int | str]], defaults: dict[str, int | str], precision: str, native: bool
-) -> list[dict[str, int | str]]:
-    """The presets (HALF_PRESETS or FP32_PRESETS with the precision's FAST_DOT) as full configurations
-    for this shape: a block no larger than the default's where the default is below 128 (that dim
-    is small: a wider tile only masks), values the tunables offer, none equal to the default or to
-    an earlier draft."""
+def gemm_drafts(tunables: dict[str, list[int | str]], defaults: dict[str, int | str], precision: str,
+                native: bool, b_batched: bool = False) -> list[dict[str, int | str]]:  # fmt: skip
+    """The presets (HALF_PRESETS or FP32_PRESETS with the precision's FAST_DOT; and BATCHED_B_PRESET
+    for a `b_batched` product that offers B_KMAJOR) as full configurations for this shape: a block no
+    larger than the default's where the default is below 128 (that dim is small: a wider tile only
+    masks), values the tunables offer, none equal to the default or to an earlier draft."""
+    presets = list(HALF_PRESETS if native else FP32_PRESETS)
+    if b_batched and not native and "B_KMAJOR" in defaults:
+        presets.append(BATCHED_B_PRESET)
     out: list[dict[str, int | str]] = []
-    for preset in HALF_PRESETS if native else FP32_PRESETS:
+    for preset in presets:
         cfg = {**defaults, **preset}
         if not native:
             cfg["DOT"] = FAST_DOT.get(precision, defaults["DOT"])
-            if "B_KMAJOR" in defaults:
+            if "B_KMAJOR" in defaults and "B_KMAJOR" not in preset:
                 cfg["B_KMAJOR"] = int(str(cfg["DOT"]).startswith("tf32"))
         for dim in ("BLOCK_M", "BLOCK_N"):
             if int(defaults[dim]) < 128:
@@ -242,7 +245,7 @@ def build(graph: OpGraph, precision: str) -> Parts:
 
     fwd = forward_setup(g) + launch_lines(g)
     tunables, defaults = knobs(graph, g.dots, g.native)
-    drafts = gemm_drafts(tunables, defaults, precision, g.native)
+    drafts = gemm_drafts(tunables, defaults, precision, g.native, bool(graph.gemm and graph.gemm.batched))
     return Parts([kernel], fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"), drafts)
 
 
