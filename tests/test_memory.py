@@ -217,7 +217,7 @@ def test_a_spec_over_the_workers_limit_is_refused_before_any_worker_starts(tmp_p
 def test_a_large_spec_inside_the_limit_runs_and_its_preparation_stays_within_the_plan(tmp_path: Path) -> None:
     """T = 640 MiB (320 in, 320 out), the limit set just above the plan's estimate. Preparation, which
     used to hold six whole reference outputs and a float64 copy of the input, stays within 4 T; the
-    whole evaluation (timing's buffers and the heap glibc keeps) within the plan."""
+    evaluation's measured peak (timing's buffers included) within the plan."""
     from kernelevolve import jobs
     from kernelevolve.evaluate.handle import WorkerHandle
 
