@@ -54,7 +54,7 @@ class Settings:
     # platform's (0.005 on a GPU; 0 on the CPU, which times its whole budget); 0: never early.
     timing_precision: float | None = None
     # The same for the search's own evaluations, which only rank candidates: the finish step
-    # re-measures the winners at `timing_precision`, and every reported number is a re-measurement.
+    # re-measures the winners at `timing_precision`: a run's summary, report and bench rows give those.
     # None: `timing_precision` where it is set, else the platform's (0.01 on a GPU, 0 on the CPU).
     search_timing_precision: float | None = None
     graph_threshold_us: float = 50.0  # below this single-call time a shape is timed as CUDA graphs

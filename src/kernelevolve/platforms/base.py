@@ -67,7 +67,8 @@ class Platform(ABC):
     # The search's evaluations (`search_timing_precision`): +-1%. They rank candidates; the winners
     # are re-measured at `timing_precision` before any number is reported. Microsecond kernels timed
     # as CUDA graphs took 120-365 rounds to know their medians within +-0.5% (event ticks of 32 ns
-    # against an 8 us call) and a quarter as many within +-1%.
+    # against an 8 us call); at +-1% an evaluation of four suite specs' three shapes took 218 rounds
+    # where it had taken 489 (H100, 2026-11-27-h100-throughput-search-precision.md).
     search_timing_precision: float = 0.01
 
     def search_precision(self, settings: Any) -> float:
