@@ -92,6 +92,9 @@ def run_variant(
     at: list[float] = []  # seconds from the bench's start to each verdict's record
     refs_held: list[float] = []  # per evaluation, its worker's reference outputs under the lease
     loaded = 0  # evaluations whose worker loaded its pool's shared reference outputs (no lease wait)
+    # per profile of a new best (a diagnosis with a profile's metrics), the seconds its processes held
+    # the lease: recorded in the diagnosis since 2026-11-27 (None for code before that)
+    profiles: list[float | None] = []
     if db.exists():
         with sqlite3.connect(db) as conn:
             rows_db = conn.execute("SELECT status, verdict_json, created_at FROM evaluations").fetchall()
@@ -108,11 +111,6 @@ def run_variant(
                 for step, seconds in steps.items():
                     if isinstance(seconds, int | float):
                         phases.setdefault(step, []).append(float(seconds))
-    # per profile of a new best (a diagnosis with a profile's metrics), the seconds its processes held
-    # the lease: recorded in the diagnosis since 2026-11-27 (None for code before that)
-    profiles: list[float | None] = []
-    if db.exists():
-        with sqlite3.connect(db) as conn:
             for (diagnosis,) in conn.execute(
                 "SELECT diagnosis_json FROM nodes WHERE diagnosis_json IS NOT NULL"
             ):
