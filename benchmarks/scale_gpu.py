@@ -11,6 +11,7 @@ one run, side by side.
     PYTHONPATH=src python benchmarks/scale_gpu.py --out /tmp/scale.json              # local, 1 and 2 GPUs
     PYTHONPATH=src python benchmarks/scale_gpu.py --gpus 1,2,4 --out /tmp/scale.json # 1, 2 and 4
     PYTHONPATH=src python benchmarks/scale_gpu.py --ray --out /tmp/scale.json        # and Ray (the extra)
+    PYTHONPATH=src python benchmarks/scale_gpu.py --ray --no-local --gpus 1,2,4      # Ray alone
 
 Prints a short table last.
 """
@@ -122,6 +123,7 @@ def measure(executor: str, devices: list[int], settings: Settings, profile: dict
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ray", action="store_true", help="also the Ray executor (a local Ray instance)")
+    ap.add_argument("--no-local", action="store_true", help="not the local executor (with --ray: Ray alone)")
     ap.add_argument("--gpus", default="1,2", help="GPU counts to measure, comma-separated (default 1,2)")
     ap.add_argument("--per-gpu", type=int, default=20, help="candidates per GPU used (default 20)")
     ap.add_argument("--out", type=Path, default=None)
@@ -143,7 +145,11 @@ def main() -> int:
         profile, _ = hardware_profile(get_platform("cuda"), settings, ws)
     items = sources(tmp, args.per_gpu * sizes[-1])
     rows = []
-    for executor in ["local"] + (["ray"] if args.ray else []):
+    executors = ([] if args.no_local else ["local"]) + (["ray"] if args.ray else [])
+    if not executors:
+        print("--no-local without --ray leaves nothing to measure", file=sys.stderr)
+        return 2
+    for executor in executors:
         for n in sizes:
             rows.append(measure(executor, list(range(n)), settings, profile, items[: args.per_gpu * n]))
             print("ROW " + json.dumps(rows[-1]), flush=True)  # kept if a time limit cuts the rest
