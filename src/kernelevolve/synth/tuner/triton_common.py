@@ -232,7 +232,9 @@ def helpers_for(ops: list[Op]) -> set[str]:
 # -- graph queries ----------------------------------------------------------------------------------
 
 
-def check_graph(graph: OpGraph, pattern: str) -> None:
+def check_graph(graph: OpGraph, pattern: str, reductions: bool = False) -> None:
+    """Refuses a graph the template cannot write; reductions only in `row` graphs, or where the
+    template says it reduces its tile's rows (`reductions`: the GEMM with a row epilogue)."""
     if graph.pattern != pattern:
         raise CodegenError(f"a {graph.pattern!r} graph given to a {pattern!r} template")
     if graph.dtype not in DTYPES:
@@ -243,7 +245,7 @@ def check_graph(graph: OpGraph, pattern: str) -> None:
     if not graph.outputs:
         raise CodegenError("the graph has no outputs")
     for op in graph.ops:
-        if op.op in REDUCE_OPS and pattern != "row":
+        if op.op in REDUCE_OPS and pattern != "row" and not reductions:
             raise CodegenError(f"reduction {op.op!r} in a {pattern!r} graph; only `row` graphs reduce")
         if op.op not in REDUCE_OPS and op.op not in ELEMENTWISE_OPS:
             raise CodegenError(f"op {op.op!r} is not supported by the Triton generator")

@@ -16,9 +16,14 @@ is not a multiple of the K slice can be padded with zeros, a and b copied (`PAD_
 
 A K loop of more than FOLD_ABOVE tiles sums in two levels (see FOLD_ABOVE).
 
-Its pieces (`parse`, `tile_lines`, `k_loop`, `finish_lines`, `forward_setup`, `launch_lines`) also
-write the split-K template (`triton_splitk.py`: few output tiles and a long K, K cut into ranges
-whose fp32 partials a second kernel sums before the epilogue), which falls back to this kernel.
+Its pieces (`parse`, `tile_lines`, `k_loop`, `epilogue_lines`, `finish_lines`, `forward_setup`,
+`launch_lines`) also write the split-K template (`triton_splitk.py`: few output tiles and a long K,
+K cut into ranges whose fp32 partials a second kernel sums before the epilogue), which falls back to
+this kernel, and a pipeline's fused pairs (`triton_gemm_row.py`: a row stage in the epilogue;
+`triton_gemm_ce.py`: a cross-entropy's partials in the epilogue).
+
+Why one module (over 450 lines): the pieces are one kernel's source in order, with the knobs and
+presets that size it; the templates that reuse them read them here, as one kernel.
 
 Not here: split-K (`triton_splitk.py`), persistent or TMA/warp-specialized schedules, batch > 65535
 (the grid's y limit).
@@ -26,6 +31,7 @@ Not here: split-K (`triton_splitk.py`), persistent or TMA/warp-specialized sched
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kernelevolve.synth.tuner.ir import Op, OpGraph, TensorArg
@@ -132,8 +138,10 @@ class Gemm:
         return [f"out{i}_ptr" for i in range(len(self.graph.outputs))]
 
 
-def parse(graph: OpGraph, precision: str) -> Gemm:
-    check_graph(graph, "gemm")
+def parse(graph: OpGraph, precision: str, reductions: bool = False) -> Gemm:
+    """The graph's pieces; `reductions` lets its epilogue reduce over the tile's rows (only the GEMM
+    with a row epilogue, `triton_gemm_row`, whose tile holds whole rows, writes those)."""
+    check_graph(graph, "gemm", reductions)
     gi = graph.gemm
     if gi is None:
         raise CodegenError("a gemm graph without its GemmInfo")
@@ -217,8 +225,17 @@ def k_loop(g: Gemm, left: str = "K") -> list[str]:
 EDGE = ["m2 = rm[:, None]", "n2 = rn[None, :]", "mask = (m2 < M) & (n2 < N)"]
 
 
-def finish_lines(g: Gemm) -> list[str]:
-    """From the full sum `acc` (fp32) on: the bias, the epilogue, the stores (needs z, m2, n2, mask)."""
+def finish_lines(g: Gemm, expr: Callable[[Op], str] | None = None) -> list[str]:
+    """From the full sum `acc` (fp32) on: the bias, the epilogue, the stores (needs z, m2, n2, mask).
+    `expr` writes an op's expression where the template has ops of its own (a row's reductions)."""
+    body, at = epilogue_lines(g, expr), "z * M * N + m2 * N + n2"
+    for i, out in enumerate(g.graph.outputs):
+        body.append(store(i, g.names.var(out), g.graph.layout_of(out), at, "mask", "[BLOCK_M, BLOCK_N]"))
+    return body
+
+
+def epilogue_lines(g: Gemm, expr: Callable[[Op], str] | None = None) -> list[str]:
+    """`finish_lines` without the stores: the bias and the epilogue's ops, each output a variable."""
     names = g.names
     acc = names.var("acc")
     if g.bias:
@@ -229,10 +246,7 @@ def finish_lines(g: Gemm) -> list[str]:
     offsets = {"full": "z * M * N + m2 * N + n2", "col": "n2", "row": "z * M + m2"}
     masks = {"full": "mask", "col": "n2 < N", "row": "m2 < M"}
     body += [load(t, names, offsets, masks) for t in g.epilogue]
-    body += [f"{names.var(op.out)} = {op_expr(op, names)}" for op in g.ops]
-    for i, out in enumerate(g.graph.outputs):
-        layout = g.graph.layout_of(out)
-        body.append(store(i, names.var(out), layout, offsets["full"], "mask", "[BLOCK_M, BLOCK_N]"))
+    body += [f"{names.var(op.out)} = {expr(op) if expr else op_expr(op, names)}" for op in g.ops]
     return body
 
 
@@ -445,6 +459,7 @@ def knobs(
 
 
 __all__ = [
-    "FAST_DOT", "FP32_PRESETS", "HALF_PRESETS", "Gemm", "b_copy_knob", "build", "finish_lines", "forward_setup", "gemm_drafts",
+    "FAST_DOT", "FP32_PRESETS", "HALF_PRESETS", "Gemm", "b_copy_knob", "build", "epilogue_lines", "finish_lines", "forward_setup",
+    "gemm_drafts",
     "k_loop", "knobs", "launch_lines", "pad_k_lines", "parse", "tile_lines",
 ]  # fmt: skip

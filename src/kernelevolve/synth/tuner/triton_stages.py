@@ -13,8 +13,14 @@ Helpers (`_tanh`, `_sm_count`) are shared. The template of a pipeline is named a
 (`triton-conv+triton-pool`); `variants` offers the default of every stage first, then each stage's
 other templates one at a time.
 
-Not here: fusing two stages into one kernel (the intermediate makes one round trip through memory),
-running stages concurrently.
+Two fusions (`_FUSIONS`): a GEMM stage whose rows are short and the row stage after it, as one kernel
+(`triton_gemm_row`, the pair named `triton-gemm-row+fused`), and a GEMM stage and the mean
+cross-entropy of its output, the logits never stored (`triton_gemm_ce`, `triton-gemm-ce+fused`).
+The pair's function `_stage<k>` returns stage k + 1's output, and there is no `_stage<k+1>`. The
+variant with every fusable pair fused is the second, after the stage-by-stage one.
+
+Not here: other fusions (the intermediate makes one round trip through memory), running stages
+concurrently.
 """
 
 from __future__ import annotations
@@ -24,12 +30,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kernelevolve.synth.tuner import triton_gemm_ce, triton_gemm_row
 from kernelevolve.synth.tuner.ir import Generated, OpGraph
 from kernelevolve.synth.tuner.triton_common import CodegenError, Parts, forward_args, jit_function
 from kernelevolve.tunables import TunablesError
 
 MAX_VARIANTS = 4
 SEPARATOR = "+"
+FUSED = "fused"  # a stage's template name where the stage before it writes its output too
+# Pairs of stages written as one: the fusion's name (the first stage's template) -> its module
+# (`NAME`, `fusable(first, second, k)`, `build_pair(first, second, k, precision) -> Parts`).
+_FUSIONS = {m.NAME: m for m in (triton_gemm_row, triton_gemm_ce)}
 
 
 @dataclass(frozen=True)
@@ -55,14 +66,36 @@ def _stage_variants(graph: OpGraph, codegen: Codegen) -> list[list[str]]:
 
 
 def variants(graph: OpGraph, codegen: Codegen) -> list[str]:
-    """The pipeline's templates: every stage's default, then each stage's others, one at a time."""
+    """The pipeline's templates: every stage's default, then the defaults with every pair of stages
+    that fuses written as one (`_fused`), then each stage's others, one at a time."""
     options = _stage_variants(graph, codegen)
     default = [names[0] for names in options]
     out = [SEPARATOR.join(default)]
+    fused = _fused(graph, default)
+    if fused != default:
+        out.append(SEPARATOR.join(fused))
     for k, names in enumerate(options):
         for other in names[1:]:
             out.append(SEPARATOR.join([*default[:k], other, *default[k + 1 :]]))
     return out[:MAX_VARIANTS]
+
+
+def _fused(graph: OpGraph, names: list[str]) -> list[str]:
+    """`names` with every stage that fuses with the stage after it (a `_FUSIONS` module's `fusable`)
+    named after that fusion, and the stage after it `FUSED` (written by the stage before it)."""
+    out = list(names)
+    k = 0
+    while k < len(graph.stages) - 1:
+        later = {t.name for stage in graph.stages[k + 2 :] for t in stage.tensors}
+        fusion = next(
+            (f for f in _FUSIONS.values() if f.fusable(graph.stages[k], graph.stages[k + 1], k)), None
+        )
+        if fusion is not None and f"_mid{k}" not in later:
+            out[k], out[k + 1] = fusion.NAME, FUSED
+            k += 2
+        else:
+            k += 1
+    return out
 
 
 def generate(
@@ -97,10 +130,24 @@ def compose(graph: OpGraph, templates: list[str], precision: str, codegen: Codeg
     stage_drafts: list[dict[str, int | str]] = []  # each stage's presets, its keys prefixed
     reference_args = forward_args(graph)
     calls = []
+    last = len(graph.stages) - 1
     for k, (stage, template) in enumerate(zip(graph.stages, templates, strict=True)):
-        if template not in codegen.variants(stage):
+        writes = k  # the stage whose output this function returns
+        if template == FUSED:
+            if k == 0 or templates[k - 1] not in _FUSIONS:
+                raise CodegenError(f"stage {k + 1} is {FUSED!r} without a fused stage before it")
+            continue
+        if template in _FUSIONS:
+            if k == last or templates[k + 1] != FUSED:
+                raise CodegenError(f"{template} at stage {k + 1} needs {FUSED!r} at the stage after it")
+            parts = _FUSIONS[template].build_pair(stage, graph.stages[k + 1], k, precision)
+            writes = k + 1
+            if writes < last:  # the later stages' functions take every intermediate; none reads this one
+                calls.append(f"_mid{k} = None  # fused: _stage{k} writes stage {k + 2}'s output")
+        elif template not in codegen.variants(stage):
             raise CodegenError(f"template {template!r} does not apply to stage {k + 1} ({stage.pattern})")
-        parts = codegen.templates[template][1](stage, precision)
+        else:
+            parts = codegen.templates[template][1](stage, precision)
         prefix = f"s{k}_"
         renamed = {}
         for source in parts.kernels:
@@ -115,11 +162,11 @@ def compose(graph: OpGraph, templates: list[str], precision: str, codegen: Codeg
             return re.sub(r'CONFIG\["(\w+)"\]', rf'CONFIG["{prefix}\1"]', text)
 
         kernels += [rename(source) for source in parts.kernels]
-        args = forward_args(stage)
+        args = forward_args(stage)  # (a fused pair's: its first stage's)
         if args[: len(reference_args)] != reference_args:
             raise CodegenError(f"stage {k + 1} reads forward arguments {args}, not the reference's first")
         functions.append(_function(f"_stage{k}", ["self", *args], [rename(line) for line in parts.forward]))
-        result = "return " if k == len(graph.stages) - 1 else f"_mid{k} = "
+        result = "return " if writes == last else f"_mid{writes} = "
         calls.append(f"{result}_stage{k}({', '.join(['self', *args])})")
         tunables.update({prefix + key: list(choices) for key, choices in parts.tunables.items()})
         defaults.update({prefix + key: value for key, value in parts.defaults.items()})
