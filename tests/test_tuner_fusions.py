@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from kernelevolve.evaluate.guards import check_source
 from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner import triton_gemm_ce, triton_gemm_row
 from kernelevolve.synth.tuner.trace import recognize
@@ -130,6 +131,7 @@ def test_the_pipeline_offers_the_fused_variant_second(specs: dict[str, Path]) ->
     assert "def _stage1(" not in source and "def _stage3(" not in source
     assert "_mid1 = _stage0(self, x)" in source and "return _stage2(self, x, _mid0, _mid1)" in source
     assert source.count("@triton.jit") == 2 and "tl.sum(tl.where(n2 < N," in source
+    assert check_source(source, accepted_kinds={"triton"}, platform="cuda").ok  # the candidate guards
 
     graph, why = recognize(load_spec(specs["softmax"]))
     assert graph is not None, why
@@ -204,6 +206,7 @@ def test_the_cross_entropy_is_fused_only_where_it_is_exactly_that(specs: dict[st
     source = generate(graph, template=CE_FUSED).source
     assert "def _stage1(" not in source and source.count("@triton.jit") == 3
     assert "IGNORE=-100" in source and "return _stage0(self, h, targets)" in source
+    assert check_source(source, accepted_kinds={"triton"}, platform="cuda").ok  # the candidate guards
     for name in ("ce-scaled", "ce-sum"):
         graph, why = recognize(load_spec(specs[name]))
         assert graph is not None and graph.pattern == "pipeline", (name, why)
