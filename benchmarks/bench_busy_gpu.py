@@ -5,7 +5,10 @@ utilization with nvidia-smi every 200 ms while it runs, and at the end reads the
 bench stored during this call (their `created_at` inside the call's wall, grouped by the device
 index in their verdict's method). With `--limit SECONDS` the bench is sent SIGINT at the limit (a
 bench stops cleanly on it and resumes on the next call), so a long bench can run in segments; each
-segment's figures are its own.
+segment's figures are its own. `--copy-db FILE` writes a consistent copy of the workspace's database
+there when the bench has stopped (SQLite's backup: one file, no WAL), small enough to bring back from
+a machine that is given back after the call (the bench's report can be written from it with
+`kernelevolve benches show ID --workspace DIR --report OUT`, the copy named `kernelevolve.db` in DIR).
 
     python benchmarks/bench_busy_gpu.py --workspace WS --limit 520 --out seg1.json -- \\
         kernelevolve bench suites --budget 50 --track tf32 --devices all --workspace WS
@@ -91,6 +94,9 @@ def main() -> int:
     ap.add_argument("--limit", type=float, default=None, help="seconds before the bench is asked to stop")
     ap.add_argument("--grace", type=float, default=60.0, help="seconds it has to stop after SIGINT")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--copy-db", type=Path, default=None, help="a copy of the database, once the bench stopped"
+    )
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the bench command")
     args = ap.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -110,6 +116,9 @@ def main() -> int:
     }  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(record, indent=2) + "\n")
+    if args.copy_db:
+        with sqlite3.connect(args.workspace / DB_NAME) as src, sqlite3.connect(args.copy_db) as dst:
+            src.backup(dst)
     busy = ", ".join(f"{d}: {'-' if b is None else f'{b:.0%}'}" for d, b in record["busy"].items())
     print("| wall s | candidates | per min | per GPU-min | per device | GPU busy | exit |")
     print("| ---: | ---: | ---: | ---: | --- | --- | ---: |")
