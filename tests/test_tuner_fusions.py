@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,7 +27,7 @@ from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner import triton_gemm_ce, triton_gemm_row
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
-from tests.tuner_interp import interpret
+from tests.tuner_interp import interpret, load_module
 
 FFN = """
 class Model(nn.Module):
@@ -130,7 +129,7 @@ def test_the_pipeline_offers_the_fused_variant_second(specs: dict[str, Path]) ->
     assert "def _stage0(" in source and "def _stage2(" in source
     assert "def _stage1(" not in source and "def _stage3(" not in source
     assert "_mid1 = _stage0(self, x)" in source and "return _stage2(self, x, _mid0, _mid1)" in source
-    assert source.count("@triton.jit") == 2 and "tl.sum(tl.where(n2 < N," in source
+    assert source.count("@triton.jit") == 2 and "tl.sum(tl.where(cmask," in source
     assert check_source(source, accepted_kinds={"triton"}, platform="cuda").ok  # the candidate guards
 
     graph, why = recognize(load_spec(specs["softmax"]))
@@ -172,8 +171,8 @@ def test_reductions_over_the_padding_fail(specs: dict[str, Path], tmp_path: Path
         graph, _ = recognize(load_spec(specs[name]))
         assert graph is not None
         source = generate(graph, template=template, config=_staged(template, {**SMALL, "DOT": "ieee"})).source
-        assert "tl.where(n2 < N, " in source
-        cases[name] = (str(specs[name]), source.replace("tl.where(n2 < N, ", "tl.where(n2 >= 0, "))
+        assert "cmask = n2 < N" in source and "tl.where(cmask, " in source
+        cases[name] = (str(specs[name]), source.replace("cmask = n2 < N", "cmask = n2 >= 0"))
     results = interpret(cases, tmp_path, tol=1e-5)
     assert all(r.startswith("AssertionError: Tensor-likes are not close") for r in results.values()), results
 
@@ -215,14 +214,19 @@ def test_the_cross_entropy_is_fused_only_where_it_is_exactly_that(specs: dict[st
 
 def test_the_fused_cross_entropy_computes_the_reference(specs: dict[str, Path], tmp_path: Path) -> None:
     """Under the interpreter, at strict fp32 tolerance: tiles of 16 x 16 (four column tiles, the last
-    of 2 columns; 37 rows, every fifth ignored) with the ieee dot, and the 3xTF32 draft."""
+    of 2 columns; 37 rows, every fifth ignored) with the ieee dot, the 3xTF32 dot, and K padded."""
     graph, _ = recognize(load_spec(specs["ce"]))
     assert graph is not None
     small = {"s0_BLOCK_M": 16, "s0_BLOCK_N": 16, "s0_BLOCK_K": 16, "s0_num_warps": 2, "s0_num_stages": 1}
     ieee = generate(graph, template=CE_FUSED, config={**small, "s0_DOT": "ieee"}).source
     tf32x3 = generate(graph, template=CE_FUSED, config={**small, "s0_DOT": "tf32x3"}).source
-    cases = {"ieee": (str(specs["ce"]), ieee), "tf32x3": (str(specs["ce"]), tf32x3)}
-    assert interpret(cases, tmp_path, tol=1e-5) == {"ieee": "ok", "tf32x3": "ok"}
+    # K = 72 in slices of 32: padded to 96 with zeros, a and b copied (the GEMM template's forward)
+    padded = generate(graph, template=CE_FUSED, config={**small, "s0_BLOCK_K": 32, "s0_PAD_K": 1}).source
+    assert 'if CONFIG["s0_PAD_K"] and _K % _bk:' in padded
+    cases = {
+        name: (str(specs["ce"]), src) for name, src in (("ieee", ieee), ("tf32x3", tf32x3), ("pad-k", padded))
+    }
+    assert interpret(cases, tmp_path, tol=1e-5) == dict.fromkeys(cases, "ok")
 
 
 def test_the_cross_entropys_masks_bite(specs: dict[str, Path], tmp_path: Path) -> None:
@@ -247,8 +251,6 @@ def test_the_fused_linear_cross_entropy_is_right_on_cuda(tmp_path: Path) -> None
     """The suites' linear_cross_entropy at its own inputs (2048 tokens, 768 wide, 50304 classes): the
     fused variant at its default and its drafts (3xTF32 tiles), compiled on a GPU, against the
     reference in float64."""
-    import importlib.util
-
     import torch
 
     path = Path(__file__).resolve().parent.parent / "suites" / "llm" / "linear_cross_entropy.py"
@@ -256,14 +258,7 @@ def test_the_fused_linear_cross_entropy_is_right_on_cuda(tmp_path: Path) -> None
     assert graph is not None, why
     generated = generate(graph, template=CE_FUSED)
 
-    def load(file: Path, name: str) -> object:
-        found = importlib.util.spec_from_file_location(name, file)
-        assert found is not None and found.loader is not None
-        module = importlib.util.module_from_spec(found)
-        found.loader.exec_module(module)
-        return module
-
-    spec_mod: Any = load(path, "lce_ref")
+    spec_mod = load_module(path, "lce_ref")
     torch.manual_seed(0)
     ref = spec_mod.Model().cuda().double()
     h, targets = (x.cuda() for x in spec_mod.get_inputs())
@@ -272,7 +267,7 @@ def test_the_fused_linear_cross_entropy_is_right_on_cuda(tmp_path: Path) -> None
     for i, config in enumerate([generated.config, *generated.drafts]):
         cand = tmp_path / f"lce_fused_{i}.py"
         cand.write_text(generate(graph, template=CE_FUSED, config=config).source)
-        new = load(cand, cand.stem).ModelNew().cuda()  # type: ignore[attr-defined]
+        new = load_module(cand, cand.stem).ModelNew().cuda()
         new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
         with torch.no_grad():
             got = new(h, targets)

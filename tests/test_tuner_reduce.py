@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,7 +21,7 @@ from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner import c_codegen
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
-from tests.tuner_interp import interpret
+from tests.tuner_interp import interpret, load_module
 
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 
@@ -236,7 +235,7 @@ def test_generated_reductions_on_cuda_at_larger_sizes(tmp_path: Path) -> None:
         path = _spec(tmp_path, name, init, expr, inputs)
         graph, why = recognize(load_spec(path))
         assert graph is not None, why
-        mods = [_load(path, f"{path.stem}_ref")]
+        mods = [load_module(path, f"{path.stem}_ref")]
         ref = mods[0].Model().cuda().double()
         torch.manual_seed(0)
         xs = [x.repeat(16, *[1] * (x.dim() - 1)).cuda() for x in mods[0].get_inputs()]
@@ -245,23 +244,13 @@ def test_generated_reductions_on_cuda_at_larger_sizes(tmp_path: Path) -> None:
         for template in variants(graph):
             cand = tmp_path / f"{path.stem}_{template.replace('-', '_')}.py"
             cand.write_text(generate(graph, template=template).source)
-            new = _load(cand, cand.stem).ModelNew().cuda()
+            new = load_module(cand, cand.stem).ModelNew().cuda()
             new.load_state_dict(
                 {k: v.float() if v.is_floating_point() else v for k, v in ref.state_dict().items()}
             )
             with torch.no_grad():
                 got = new(*xs)
             torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5, msg=f"{name} {template}")
-
-
-def _load(path: Path, name: str) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # A Frobenius norm whose lanes each take one large square (2**24) then many of 2.9, which fp32 rounds to
@@ -313,6 +302,6 @@ def test_a_frobenius_norm_of_2_to_the_28_values_on_cuda_against_float64(tmp_path
     torch.manual_seed(0)
     x = torch.rand(2**14, 2**14, device="cuda")
     with torch.no_grad():
-        got = _load(cand, cand.stem).ModelNew()(x).double()
+        got = load_module(cand, cand.stem).ModelNew()(x).double()
     want = x.double() / torch.linalg.vector_norm(x.double())
     assert float((got - want).norm() / want.norm()) < 1e-6

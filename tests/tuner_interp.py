@@ -3,7 +3,7 @@ template tests (`test_tuner_conv.py`, `test_tuner_pool.py`): one subprocess (TRI
 GPU) runs every case and writes "ok" or the failure per case id. `interpret_script` runs any script so.
 `on_cuda` runs a reference and a candidate compiled on a GPU, for the templates' `gpu` tests.
 `interpret_forced` runs cases that must take one path; `recognized` and `stage_config` build the
-template tests' fixtures."""
+template tests' fixtures; `load_module` imports a spec or candidate file."""
 
 from __future__ import annotations
 
@@ -112,17 +112,21 @@ def interpret_script(script: str, *args: str) -> str:
     return proc.stdout
 
 
+def load_module(path: Path, name: str) -> Any:
+    """The Python file at `path`, imported as module `name` (a spec or a generated candidate)."""
+    found = importlib.util.spec_from_file_location(name, path)
+    assert found is not None and found.loader is not None
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module
+
+
 def on_cuda(spec: Path, candidate: Path, repeat: int) -> tuple[Any, Any]:
     """(got, want): the candidate file's ModelNew in float32 and the spec's Model in float64, on CUDA
     with the reference's weights, on the spec's inputs with their first dim repeated `repeat` times."""
     import torch
 
-    mods = []
-    for file, name in ((spec, f"{spec.stem}_ref"), (candidate, candidate.stem)):
-        found = importlib.util.spec_from_file_location(name, file)
-        assert found is not None and found.loader is not None
-        mods.append(importlib.util.module_from_spec(found))
-        found.loader.exec_module(mods[-1])
+    mods = [load_module(spec, f"{spec.stem}_ref"), load_module(candidate, candidate.stem)]
     ref, new = mods[0].Model().cuda().double(), mods[1].ModelNew().cuda()
     new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
     torch.manual_seed(0)

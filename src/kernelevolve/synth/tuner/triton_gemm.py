@@ -263,9 +263,14 @@ def build(graph: OpGraph, precision: str) -> Parts:
     return Parts([kernel], fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"), drafts)
 
 
-def forward_setup(g: Gemm) -> list[str]:
+TILE = ['_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]']
+
+
+def forward_setup(g: Gemm, tile: list[str] = TILE, outputs: bool = True) -> list[str]:
     """The forward up to the launch: a and b as [batch, M, K] / [batch, K, N] views with their strides
-    (`_a`, `_b`, `_M`, `_N`, `_K`, `_batch`, `_saz`.. `_sbn`), the outputs, the tile (`_bm`.. `_bk`)."""
+    (`_a`, `_b`, `_M`, `_N`, `_K`, `_batch`, `_saz`.. `_sbn`), `_device`, the outputs (`outputs`:
+    allocated in the GEMM output's shape, returned at once where empty), the tile (`_bm`.. `_bk`, set by
+    the `tile` lines)."""
     graph, names, a, b, bias, epilogue = g.graph, g.names, g.a, g.b, g.bias, g.epilogue
     gi = graph.gemm
     assert gi is not None
@@ -334,14 +339,11 @@ def forward_setup(g: Gemm) -> list[str]:
     # shape `out_view` views as the output's).
     leading = f"(*{la}.shape[:-2], _M, _N)" if km else f"(*{la}.shape[:-1], _N)"
     shape = f"{names.local(full[0].name)}.shape" if full and not graph.out_view else leading
-    lines += [f"_shape = {shape}", f"_device = {la}.device", *allocate(graph, "_shape")]
-    lines += [
-        "if _out0.numel() == 0:",
-        f"    return {outputs_tuple(graph)}",
-        '_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]',
-        *pad_k_lines(km, kn, b_copy),
-    ]
-    return lines
+    lines += [f"_device = {la}.device"]
+    if outputs:
+        lines += [f"_shape = {shape}", *allocate(graph, "_shape")]
+        lines += ["if _out0.numel() == 0:", f"    return {outputs_tuple(graph)}"]
+    return [*lines, *tile, *pad_k_lines(km, kn, b_copy)]
 
 
 def pad_k_lines(km: bool, kn: bool, b_copy: bool) -> list[str]:

@@ -18,8 +18,10 @@ No atomics: the result is the same from run to run.
 its ops, renamed by position, must equal `_CROSS_ENTROPY`. The pipeline offers it beside the
 stage-by-stage variant (`triton_stages`); the search measures both.
 
-Not here: batched GEMMs, an `a` given transposed, PAD_K and the B_KMAJOR copy (K-contiguous weights,
-a Linear's, are the case this is for), other reductions ('sum', 'none'), class weights.
+The forward is the GEMM template's (`triton_gemm.forward_setup`: a given transposed, PAD_K and the
+B_KMAJOR copy as there), without the [M, V] output it would allocate.
+
+Not here: batched GEMMs, other reductions ('sum', 'none'), class weights.
 """
 
 from __future__ import annotations
@@ -77,30 +79,35 @@ def _match(loss: OpGraph, mid: str) -> tuple[TensorArg, int] | None:
             return "T"
         if isinstance(a, str):
             return position.get(a, a)
-        if a is ignore:
-            return "I"
         return float(a) if isinstance(a, int | float) and not isinstance(a, bool) else a
 
     ops = [(op.op, tuple(norm(a) for a in op.args)) for op in loss.ops]
+    ops[6] = (ops[6][0], (ops[6][1][0], "I"))  # `ne(targets, ignore index)`: any index
     if ops != _CROSS_ENTROPY or loss.outputs[0] != loss.ops[-1].out:
         return None
     return targets, ignore
 
 
+def _pair(gemm: OpGraph, loss: OpGraph, k: int) -> tuple[TensorArg, int] | None:
+    """(the targets, the ignore index) where stage k (`gemm`) and stage k + 1 (`loss`) are a GEMM and
+    the cross-entropy of its output, else None."""
+    gi = gemm.gemm
+    if gemm.pattern != "gemm" or gi is None or gi.batched or len(gemm.outputs) != 1:
+        return None
+    if loss.forward_args[: len(gemm.forward_args)] != gemm.forward_args:
+        return None
+    found = _match(loss, f"_mid{k}")
+    return found if found is not None and found[0].source.startswith("input:") else None
+
+
 def fusable(gemm: OpGraph, loss: OpGraph, k: int) -> bool:
     """Whether stage k (`gemm`) and stage k + 1 (`loss`) are a GEMM and the cross-entropy of its output."""
-    gi = gemm.gemm
-    if gemm.pattern != "gemm" or gi is None or gi.batched or gi.a_layout != "mk" or len(gemm.outputs) != 1:
-        return False
-    if loss.forward_args[: len(gemm.forward_args)] != gemm.forward_args:
-        return False
-    found = _match(loss, f"_mid{k}")
-    return found is not None and found[0].source.startswith("input:")
+    return _pair(gemm, loss, k) is not None
 
 
 def build_pair(gemm: OpGraph, loss: OpGraph, k: int, precision: str) -> Parts:
     """Stages k and k + 1 as the three kernels; the forward returns the mean loss."""
-    found = _match(loss, f"_mid{k}") if fusable(gemm, loss, k) else None
+    found = _pair(gemm, loss, k)
     if found is None:
         raise CodegenError(f"stages {k + 1} and {k + 2} are not a GEMM and the cross-entropy of its output")
     targets, ignore = found
@@ -169,45 +176,26 @@ def build_pair(gemm: OpGraph, loss: OpGraph, k: int, precision: str) -> Parts:
         jit_function("_ce_final_kernel", ["part_ptr", "out_ptr", "PROGS", "BLOCK: tl.constexpr"], final),
     ]
     tunables, defaults = triton_gemm.knobs(gemm, g.dots, g.native)
-    for knob in ("PAD_K", "B_KMAJOR"):  # no copies here: see the module's doc
-        tunables.pop(knob, None)
-        defaults.pop(knob, None)
-    drafts = [
-        {key: v for key, v in d.items() if key in tunables}
-        for d in triton_gemm.gemm_drafts(tunables, defaults, precision, g.native)
-    ]
-    fwd = _forward(gemm, loss, g, targets, ignore)
+    drafts = triton_gemm.gemm_drafts(tunables, defaults, precision, g.native)
+    fwd = _forward(loss, g, targets, ignore)
     return Parts(kernels, fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"), drafts)
 
 
-def _forward(gemm: OpGraph, loss: OpGraph, g: triton_gemm.Gemm, targets: TensorArg, ignore: int) -> list[str]:
-    gi = gemm.gemm
-    assert gi is not None
-    names, args = g.names, gemm.forward_args
-    la, lb = names.local(g.a.name), names.local(g.b.name)
-    kn = gi.b_layout == "kn"
-    lines = [f"{la} = {source_expr(g.a, args)}", f"{lb} = {source_expr(g.b, args)}"]
+def _forward(loss: OpGraph, g: triton_gemm.Gemm, targets: TensorArg, ignore: int) -> list[str]:
+    """The GEMM template's forward up to its launch (a and b as views, their copies where PAD_K or
+    B_KMAJOR ask, no output of the GEMM's shape), then the partials, the three launches, the loss."""
     extra = [*([g.bias] if g.bias else []), *g.epilogue]
-    lines += [f"{names.local(t.name)} = {source_expr(t, args)}.contiguous()" for t in extra]
-    lines += [
+    return [
+        *triton_gemm.forward_setup(g, outputs=False),
         f"_tgt = {source_expr(targets, loss.forward_args)}.reshape(-1).contiguous()",
-        f"_K = {la}.shape[-1]",
-        f"_a = {la}.reshape(-1, _K)",
-        f"_b = {lb}",
-        "_M = _a.shape[0]",
-        "_N = _b.shape[1]" if kn else "_N = _b.shape[0]",
-        "_sam, _sak = _a.stride(0), _a.stride(1)",
-        "_sbk, _sbn = " + ("_b.stride(0), _b.stride(1)" if kn else "_b.stride(1), _b.stride(0)"),
-        "_device = _a.device",
         f"_out0 = torch.empty((), device=_device, dtype=torch.{loss.dtype})",
-        '_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]',
         "_tiles = triton.cdiv(_N, _bn)",
         "_pm, _ps, _pp = (torch.empty((_M, _tiles), device=_device, dtype=torch.float32) for _ in range(3))",
         "_kt = triton.cdiv(_K, _bk)",
         triton_gemm.fold_line("_kt"),
         "_gemm_ce_kernel[(triton.cdiv(_M, _bm) * _tiles, 1)](",
-        f"    {', '.join(['_a', '_b', *(names.local(t.name) for t in extra)])}, _tgt, _pm, _ps, _pp,",
-        "    _M, _N, _K, 0, _sam, _sak, 0, _sbk, _sbn,",
+        f"    {', '.join(['_a', '_b', *(g.names.local(t.name) for t in extra)])}, _tgt, _pm, _ps, _pp,",
+        "    _M, _N, _K, _saz, _sam, _sak, _sbz, _sbk, _sbn,",
         '    BLOCK_M=_bm, BLOCK_N=_bn, BLOCK_K=_bk, GROUP_M=CONFIG["GROUP_M"],',
         '    K_TILES=_kt, EVEN_K=_K % _bk == 0, DOT=CONFIG["DOT"], FOLD=_fold,',
         '    num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],',
@@ -219,7 +207,6 @@ def _forward(gemm: OpGraph, loss: OpGraph, g: triton_gemm.Gemm, targets: TensorA
         f"_ce_final_kernel[(1,)](_part, _out0, _progs, BLOCK={FINAL_BLOCK}, num_warps=4)",
         "return _out0",
     ]
-    return lines
 
 
 __all__ = ["NAME", "build_pair", "fusable"]

@@ -26,26 +26,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kernelevolve.synth.tuner import triton_gemm
+from kernelevolve.synth.tuner import triton_gemm, triton_row
 from kernelevolve.synth.tuner.ir import ELEMENTWISE_OPS, REDUCE_OPS, Arg, Op, OpGraph
-from kernelevolve.synth.tuner.triton_common import (
-    NEG_INF,
-    POS_INF,
-    CodegenError,
-    Parts,
-    helpers_for,
-    jit_function,
-    literal,
-    op_expr,
-)
+from kernelevolve.synth.tuner.triton_common import CodegenError, Parts, helpers_for, jit_function, op_expr
 from kernelevolve.synth.tuner.triton_gemm import FAST_DOT
 
 ROW_MAX_COLS = 1024
 ACC_PER_THREAD = 128  # fp32 accumulators a thread holds: half its registers
 NAME = "triton-gemm-row"
-
-_FILL = {"sum": "0.0", "mean": "0.0", "amax": NEG_INF, "amin": POS_INF}
-_REDUCE = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}
 
 
 def mid_name(k: int) -> str:
@@ -106,23 +94,13 @@ def build_pair(gemm: OpGraph, row: OpGraph, k: int, precision: str) -> Parts:
     return build(fuse(gemm, row, k), precision)
 
 
-def _reduce_expr(op: Op, graph: OpGraph, g: triton_gemm.Gemm) -> str:
-    arg = op.args[0]
-    if not isinstance(arg, str):  # a reduction of a constant is the constant
-        return f"tl.full([], {literal(arg) if arg is not None else '0.0'}, tl.float32)"
-    if graph.layout_of(arg) not in ("full", "col"):  # one value per row already
-        return g.names.var(arg)
-    red = f"{_REDUCE[op.op]}(tl.where(n2 < N, {g.names.var(arg)}, {_FILL[op.op]}), axis=1, keep_dims=True)"
-    return f"({red} / N)" if op.op == "mean" else red
-
-
 def build(graph: OpGraph, precision: str) -> Parts:
     """The fused graph (`fuse`) as one kernel: the GEMM template's tile, K loop and epilogue, the
     row's reductions over the tile's columns, BLOCK_N the whole row."""
     g = triton_gemm.parse(graph, precision, reductions=True)
 
-    def expr(op: Op) -> str:
-        return _reduce_expr(op, graph, g) if op.op in REDUCE_OPS else op_expr(op, g.names)
+    def expr(op: Op) -> str:  # a row template's reductions, over the tile's columns (cmask, cols)
+        return triton_row._reduce_expr(op, graph, g.names) if op.op in REDUCE_OPS else op_expr(op, g.names)
 
     params = [*g.ptrs, "M", "N", "K", *triton_gemm.STRIDES]
     params += [f"{k}: tl.constexpr" for k in ("BLOCK_M", "BLOCK_N", *triton_gemm.LOOP_CONSTS)]
@@ -130,20 +108,17 @@ def build(graph: OpGraph, precision: str) -> Parts:
         *triton_gemm.tile_lines(g),
         *triton_gemm.k_loop(g),
         *triton_gemm.EDGE,
+        "cmask = n2 < N  # the row's columns, as the row templates' reductions name them",
+        "cols = N",
         *triton_gemm.finish_lines(g, expr),
     ]
     kernel = jit_function("_gemm_kernel", params, body)
-    tile = '_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]'
     whole_rows = [
         '_bm, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_K"]',
         "_bn = max(16, triton.next_power_of_2(_N))  # whole rows: the row's reductions run in the tile",
         f'_bm = max(16, min(_bm, {ACC_PER_THREAD * 32} * CONFIG["num_warps"] // _bn))  # the accumulators fit',
     ]
-    fwd = []
-    for line in triton_gemm.forward_setup(g):
-        fwd += whole_rows if line == tile else [line]
-    if len(fwd) != len(triton_gemm.forward_setup(g)) + 2:
-        raise CodegenError("the GEMM template's forward no longer sets its tile in one line")
+    fwd = triton_gemm.forward_setup(g, tile=whole_rows)
     fwd += triton_gemm.launch_lines(g)
     tunables, defaults = knobs(graph, g.dots, g.native, precision)
     return Parts([kernel], fwd, tunables, defaults, helpers_for(g.ops), (), _drafts(tunables, defaults))
