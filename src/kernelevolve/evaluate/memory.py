@@ -3,9 +3,10 @@ and the device's memory, before any worker starts.
 
 The meta probe counts each shape's inputs, outputs and parameters (`Spec.footprint_bytes`); call the
 largest T (of the shape whose need is largest). A worker holds about `WORKER_FACTOR` x T at its peak
-(4 on a GPU; 6 on the CPU, whose workers keep glibc's heap rather than return it, for timings that
-hold still: freed blocks there are reused but not given back, and a 640 MiB softmax measured 6.6 T
-with torch's own memory; on an H100, KernelBench level 1's 19_ReLU, T = 12 GiB, took more than 3.3 T
+(4 on a GPU; 8 on the CPU, whose workers keep glibc's heap rather than return it, for timings that
+hold still: freed blocks there are reused but not given back, and how they fragment varies from
+one run to the next: a 640 MiB softmax peaked at 8.8-9.3 T with torch's own memory on a 2-core box,
+run after run, and ran out of a cap 0.5 GiB above the old estimate of 6 T; on an H100, KernelBench level 1's 19_ReLU, T = 12 GiB, took more than 3.3 T
 preparing and 7_Matmul_with_small_K 4 T, each failing at a cap the estimate of 3 T had set in a bench
 of several specs); on a GPU its outputs `OUTPUT_FACTOR` (2) times again, which matters where outputs
 dominate, as in a matmul with a small inner dimension; plus the reference forward's working memory
@@ -40,7 +41,7 @@ from typing import Any
 
 from kernelevolve.errors import SpecError
 
-WORKER_FACTOR = {"cpu": 6, "cuda": 4, "rocm": 4}
+WORKER_FACTOR = {"cpu": 8, "cuda": 4, "rocm": 4}
 # Outputs held again on top of that on a GPU: where they dominate, a timing round holds a callee's
 # output while the caching allocator keeps the last one's block (KernelBench level 1's
 # 7_Matmul_with_small_K, 4 GiB of output in T = 4.02 GiB, ran out at 4 T + 1.8 outputs on an H200).

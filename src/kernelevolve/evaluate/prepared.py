@@ -132,11 +132,24 @@ def peak_memory(state: Prepared) -> int | None:
             import torch
 
             return int(torch.cuda.max_memory_allocated(state.device))
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        return _resident_peak()
     except Exception:
         return None
+
+
+def _resident_peak() -> int:
+    """The process's own resident high-water mark (VmHWM). Not getrusage's ru_maxrss: a process
+    started by vfork and exec (Python's subprocess, where it can) carries its parent's peak there, so
+    a worker spawned by an engine that once held 6 GiB reported 6 GiB of its own."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def measure_noise(state: Prepared, st: ShapeState, probe: list[Any], torch: Any) -> None:
