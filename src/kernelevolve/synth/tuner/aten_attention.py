@@ -13,13 +13,16 @@ rewrites (`rewrite_attention(gm)`, in place) turn them into what the stages map:
 - a mask that broadcasts over the scores' outer dims (`where(bias[:, :, :T, :T] == 0, -inf, s)`, a
   buffer's corner of shape [1, 1, T, T]): expanded to the scores' shape before the comparison, so
   the mask is read at that shape (`aten_mask` materializes the expand in the wrapper).
+- SDPA's `is_causal=True` mask, made from two aranges (`where(arange(S)[None] - arange(L)[:, None] <= 0,
+  0, -inf)` added to the scores): `causal_mask(scores)`, which the mappers read as the IR's `causal`
+  op (a key after its query is -inf; the templates that write it know each score's row and column,
+  and the flash template skips the key blocks after a query block's last row).
 - `_safe_softmax`'s guard (a row of -inf gives 0, not NaN): `all(x == -inf)` over the softmax's dim,
   spelled `logical_not(any(logical_not(x == -inf)))`, is `amax(x) == -inf` (a NaN in the row makes
   both false), a row reduction that the softmax's stage computes with its own.
 
 Deliberately not here: a scale that is a tensor (only Python numbers move), a mul whose result is
-read elsewhere, and fused attention itself (no flash-attention template: the scores make a round
-trip through memory).
+read elsewhere, and fused attention itself (`triton_flash` fuses the three stages).
 """
 
 from __future__ import annotations
@@ -160,10 +163,87 @@ def _expand_masks(graph: Any) -> bool:
     return changed
 
 
+def causal_mask(x: Any) -> Any:
+    """x with every entry whose column is after its row (over the last two dims) set to -inf: what SDPA's
+    `is_causal=True` adds to its scores. The rewritten graph's node (`_causal_masks`), mapped as the
+    IR's `causal` op."""
+    import torch
+
+    rows, cols = x.shape[-2], x.shape[-1]
+    after = torch.ones(rows, cols, dtype=torch.bool, device=x.device).triu(1)
+    return x.masked_fill(after, -math.inf)
+
+
+def _arange(node: Any, count: int) -> bool:
+    """Whether `node` is arange(0, count) (step 1)."""
+    if not (
+        _is(node, "arange")
+        and getattr(node.target, "_overloadname", "") in ("start_step", "start", "default")
+    ):
+        return False
+    args = list(node.args)
+    if len(args) == 1:
+        args = [0, args[0]]
+    return args[:2] == [0, count] and (len(args) < 3 or args[2] == 1)
+
+
+def _is_causal_test(node: Any, rows: int, cols: int) -> bool:
+    """Whether `node` (bool, [rows, cols]) is `arange(cols)[None, :] - arange(rows)[:, None] <= 0`, perhaps
+    and-ed with an all-true `full` (SDPA's decomposition of `is_causal`)."""
+    if _is(node, "logical_and") and len(node.args) == 2:
+        a, b = node.args
+        if _is(b, "full") and b.args[1] is True:
+            node = a
+        elif _is(a, "full") and a.args[1] is True:
+            node = b
+        else:
+            return False
+    if not (_is(node, "le") and len(node.args) == 2 and node.args[1] == 0 and _is(node.args[0], "sub")):
+        return False
+    col, row = node.args[0].args[:2]
+    if not (_is(col, "unsqueeze") and _is(row, "unsqueeze")):
+        return False
+    return (col.args[1] in (-2, 0) and _arange(col.args[0], cols)
+            and row.args[1] in (-1, 1) and _arange(row.args[0], rows))  # fmt: skip
+
+
+def _scalar(node: Any) -> float | None:
+    if _is(node, "scalar_tensor") and isinstance(node.args[0], int | float):
+        return float(node.args[0])
+    return None
+
+
+def _causal_masks(graph: Any) -> bool:
+    """`add(x, where(causal test, 0, -inf))` (SDPA's `is_causal`) as `causal_mask(x)`."""
+    changed = False
+    for node in [n for n in graph.nodes if _is(n, "add") and len(n.args) == 2]:
+        x, mask = node.args
+        val = getattr(x, "meta", {}).get("val")
+        if not (_is(mask, "where") and len(mask.args) == 3) or val is None or val.dim() < 2:
+            continue
+        if mask.meta.get("val") is None or tuple(mask.meta["val"].shape) != tuple(val.shape[-2:]):
+            continue
+        test, keep, drop = mask.args
+        if _scalar(keep) != 0.0 or _scalar(drop) != -math.inf:
+            continue
+        if not _is_causal_test(test, val.shape[-2], val.shape[-1]):
+            continue
+        with graph.inserting_before(node):
+            masked = graph.call_function(causal_mask, (x,))
+        masked.meta = {"val": node.meta["val"]}
+        node.replace_all_uses_with(masked)
+        graph.erase_node(node)
+        changed = True
+    if changed:
+        graph.eliminate_dead_code()
+    return changed
+
+
 def rewrite_attention(gm: Any) -> Any:
     """`gm` with attention's scaled operands and softmax guards rewritten (in place; see above)."""
     graph = gm.graph
-    changed = _hoist_scales(graph)
+    changed = _causal_masks(graph)
+    changed = _hoist_scales(graph) or changed
     changed = _guard_by_amax(graph) or changed
     changed = _expand_masks(graph) or changed
     if changed:
@@ -172,4 +252,4 @@ def rewrite_attention(gm: Any) -> Any:
     return gm
 
 
-__all__ = ["rewrite_attention"]
+__all__ = ["causal_mask", "rewrite_attention"]

@@ -58,7 +58,7 @@ _VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "
 _TRANSPOSES = {"t", "permute", "transpose"}
 _UNARY = {"neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
           "reciprocal": "reciprocal", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf",
-          "silu": "silu", "square": "square", "log1p": "log1p", "expm1": "expm1"}  # fmt: skip
+          "silu": "silu", "square": "square", "log1p": "log1p", "expm1": "expm1", "causal_mask": "causal"}  # fmt: skip
 _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum"}
 _COMPARE = {"gt", "lt", "ge", "le"}
 _FOLD: dict[str, Callable[..., Any]] = {

@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from kernelevolve.synth.tuner import shape_consts
 from kernelevolve.synth.tuner.ir import REDUCE_OPS, Arg, Generated, Op, OpGraph
 
 _TRANSCENDENTAL = {"exp", "tanh", "sigmoid", "silu", "erf", "gelu", "gelu_tanh"}
@@ -506,6 +507,8 @@ def _module(
         kind, _, what = t.source.partition(":")
         if kind == "input":
             expr = g.forward_args[int(what)]
+        elif kind == "dim":  # a constant made from a size (`shape_consts`)
+            expr = shape_consts.dim_expr(t.source, g.forward_args)
         else:
             expr = "self" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in what.split("."))
         local = f"ke_{t.name}" if t.name in _MODULE_NAMES else t.name

@@ -82,6 +82,9 @@ ELEMENTWISE_OPS: dict[str, int] = {
     # Comparisons as 1.0/0.0 values and a select on them (`aten_misc`): eq, ne and isnan masks.
     "eq": 2, "ne": 2, "isnan": 1, "where_nz": 3,  # where_nz(m, a, b): a where m != 0, else b
     "where_col": 2,  # where_col(i, x): x at the column whose index is i (a row value), else 0: a gather
+    # causal(x): x, or -inf where the column is after the row (SDPA's is_causal; batched GEMM epilogues
+    # only, whose tiles know each value's row and column: `aten_attention`)
+    "causal": 1,
 }  # fmt: skip
 # Reductions over the last dim, keepdim: the result has the `row` layout.
 REDUCE_OPS: tuple[str, ...] = ("sum", "mean", "amax", "amin")

@@ -23,7 +23,8 @@ refused first (a matmul before a reduction in one graph), and the cut at the sca
 wins. Where `scaled_dot_product_attention`'s decomposition would defeat every cut (q and k scaled
 apart before the GEMM, the softmax's -inf guard reading the scores beside the softmax), the trace
 has already rewritten it exactly (`aten_attention`). Where no pipeline is formed, the refusal is
-prefaced as attention (`_attention`): there is no fused flash-attention template.
+prefaced as attention (`_attention`): the fused flash-attention template (`triton_flash`) takes the
+three stages' pipeline, so an attention no pipeline covers has no template.
 
 Deliberately not here: the stages' code (`triton_stages.py`), a stage that needs two intermediates (a
 residual around a pooling), and cuts inside a template's own op (a split-K GEMM).
@@ -161,8 +162,8 @@ _MATMULS = {"mm", "addmm", "bmm"}
 
 def _attention(graph: Any) -> str:
     """A refusal's preface where the graph is attention (a softmax of one matmul's result feeding
-    another matmul) and still no pipeline was formed (there is no fused flash-attention template);
-    empty otherwise."""
+    another matmul) and still no pipeline was formed (the flash template fuses the pipeline's three
+    stages: it needs them); empty otherwise."""
     nodes = [n for n in graph.nodes if n.op == "call_function"]
     after: set[Any] = set()  # nodes computed from a matmul's result
     for n in nodes:
@@ -182,8 +183,8 @@ def _attention(graph: Any) -> str:
                 return (
                     f"attention (a softmax between two matmuls) is templated only as a pipeline of at "
                     f"most {MAX_STAGES} stages: the scores' batched GEMM (scale and mask in its "
-                    "epilogue), their row softmax, then the GEMM with V (there is no fused "
-                    "flash-attention template); here no such pipeline was formed: "
+                    "epilogue), their row softmax, then the GEMM with V (or those three fused: "
+                    "triton-flash); here no such pipeline was formed: "
                 )
     return ""
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from kernelevolve import pyast
 from kernelevolve.spec import ShapeSpec, Spec, call_get_init_inputs, call_get_inputs, import_spec_module
+from kernelevolve.synth.tuner import shape_consts
 from kernelevolve.synth.tuner.aten_attention import rewrite_attention
 from kernelevolve.synth.tuner.aten_map import Unsupported
 from kernelevolve.synth.tuner.aten_merge import split_merged_reductions
@@ -51,21 +52,30 @@ def recognize(spec: Spec) -> tuple[OpGraph | None, str]:
         return None, "training specs (backward) are not templated: the tuner generates forward kernels"
     try:
         module = import_spec_module(spec.path)
-        graph: OpGraph | None = None
-        for shape in spec.shapes:
-            g = _trace_shape(spec, module, shape)
-            if graph is None:
-                graph = g
-            elif _structure(g) != _structure(graph):
-                raise Unsupported(
-                    f"shape {shape.name!r} traces to a different graph than {spec.shapes[0].name!r} "
-                    "(a constant or an op depends on the shape)"
-                )
+        traced = [_trace_shape(spec, module, shape) for shape in spec.shapes]
+        graphs = [g for g, _ in traced]
+        if any(_structure(g) != _structure(graphs[0]) for g in graphs[1:]):
+            graphs = _without_unit_dims(spec, module, graphs, [shapes for _, shapes in traced])
+        if any(_structure(g) != _structure(graphs[0]) for g in graphs[1:]):
+            # A constant computed from a size (attention's 1/sqrt(head dim)): made from it at each call.
+            unified = shape_consts.unify(graphs, [shapes for _, shapes in traced])
+            if unified is not None and all(_structure(g) == _structure(unified[0]) for g in unified[1:]):
+                graphs = unified
             else:
-                for mine, theirs in zip([graph, *graph.stages], [g, *g.stages], strict=True):
-                    for attr in ("rows", "cols", "inner", "batch"):
-                        getattr(mine, attr).update(getattr(theirs, attr))
-        assert graph is not None
+                differs = next(
+                    s
+                    for s, g in zip(spec.shapes, graphs, strict=True)
+                    if _structure(g) != _structure(graphs[0])
+                )
+                raise Unsupported(
+                    f"shape {differs.name!r} traces to a different graph than {spec.shapes[0].name!r} "
+                    "(a constant or an op depends on the shape, and not as a power of one of the inputs' sizes)"
+                )
+        graph = graphs[0]
+        for g in graphs[1:]:
+            for mine, theirs in zip([graph, *graph.stages], [g, *g.stages], strict=True):
+                for attr in ("rows", "cols", "inner", "batch"):
+                    getattr(mine, attr).update(getattr(theirs, attr))
         graph.init_source = _init_source(module)
     except Unsupported as exc:
         return None, str(exc)
@@ -75,6 +85,32 @@ def recognize(spec: Spec) -> tuple[OpGraph | None, str]:
         stage.description = describe(stage)
     graph.description = describe(graph)
     return graph, graph.description
+
+
+def _without_unit_dims(
+    spec: Spec, module: ModuleType, graphs: list[OpGraph], arg_shapes: list[list[tuple[int, ...] | None]]
+) -> list[OpGraph]:
+    """`graphs`, each shape whose inputs have a dim of size 1 (a batch of one) traced again with
+    those dims 2: a unit dim is dropped or viewed away in tracing (`aten_unit`, `out_view`), so a
+    batch of one maps to another graph than a batch of four, where the generated wrapper takes its
+    sizes from the tensors at each call and the larger graph computes the smaller case too (the
+    harness checks every shape). The retraced graph keeps the real trace's sizes (rows, cols) where
+    its stages line up with it. Unchanged where no shape without unit dims is there to match."""
+    has_unit = [any(1 in shape for shape in shapes if shape is not None) for shapes in arg_shapes]
+    if all(has_unit) or not any(has_unit):
+        return graphs
+    out = []
+    for shape, g, unit in zip(spec.shapes, graphs, has_unit, strict=True):
+        if not unit:
+            out.append(g)
+            continue
+        grown, _ = _trace_shape(spec, module, shape, grow_units=True)
+        if len(grown.stages) == len(g.stages):
+            for mine, real in zip([grown, *grown.stages], [g, *g.stages], strict=True):
+                for attr in ("rows", "cols", "inner", "batch"):
+                    setattr(mine, attr, dict(getattr(real, attr)))
+        out.append(grown)
+    return out
 
 
 def _structure(g: OpGraph) -> tuple[Any, ...]:
@@ -104,7 +140,11 @@ def _structure(g: OpGraph) -> tuple[Any, ...]:
 _TRACING = threading.Lock()
 
 
-def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
+def _trace_shape(
+    spec: Spec, module: ModuleType, shape: ShapeSpec, grow_units: bool = False
+) -> tuple[OpGraph, list[tuple[int, ...] | None]]:
+    """The graph at one shape, and the forward's positional arguments' shapes (None: not a tensor);
+    with `grow_units`, traced with the inputs' dims of size 1 made 2 (`_without_unit_dims`)."""
     import torch
     from torch._decomp import core_aten_decompositions
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -117,6 +157,12 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
         model = model.to(getattr(torch, spec.dtype))
         inputs = [
             x.to(getattr(torch, spec.dtype)) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in inputs
+        ]
+    shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs]
+    if grow_units:
+        inputs = [
+            x.new_empty([2 if d == 1 else d for d in x.shape]) if isinstance(x, torch.Tensor) else x
             for x in inputs
         ]
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
@@ -150,7 +196,7 @@ def _trace_shape(spec: Spec, module: ModuleType, shape: ShapeSpec) -> OpGraph:
     rewrite_attention(gm)  # SDPA's scaled operands and softmax guard, as the stages map them
     sources = [f"param:{n}" for n in names] + [f"input:{i}" for i in tensor_idx]
     forward_args = _forward_args(module.Model, len(inputs))
-    return map_graph(gm, sources, forward_args, shape.name, mapper=mapper_for)
+    return map_graph(gm, sources, forward_args, shape.name, mapper=mapper_for), shapes
 
 
 # Recurrent layers decompose into one cell per step and layer (level 3's 6-layer LSTM over 512 steps:

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from kernelevolve.errors import KernelevolveError
+from kernelevolve.synth.tuner import shape_consts
 from kernelevolve.synth.tuner.ir import ELEMENTWISE_OPS, REDUCE_OPS, Arg, Op, OpGraph, TensorArg
 
 DTYPES = {"float32", "float16", "bfloat16"}
@@ -170,6 +171,8 @@ def op_expr(op: Op, names: Names) -> str:
         return f"tl.where({a} != 0.0, {arg(1)}, {arg(2)})"
     if o == "where_col":  # row and looped-row kernels only: `c` is the column index there
         return f"tl.where(c.to(tl.float32) == {a}, {arg(1)}, 0.0)"
+    if o == "causal":  # GEMM epilogues only (`check_graph`): m2 and n2 are the tile's rows and columns
+        return f'tl.where(n2 > m2, float("-inf"), {a})'
     unary = {
         "neg": f"(-{a})",
         "abs": f"tl.abs({a})",
@@ -251,6 +254,10 @@ def check_graph(graph: OpGraph, pattern: str, reductions: bool = False) -> None:
             raise CodegenError(f"op {op.op!r} is not supported by the Triton generator")
         if op.op in REDUCE_OPS and len(op.args) != 1:
             raise CodegenError(f"reduction {op.out} = {op.op}{op.args} takes one argument")
+        if op.op == "causal" and pattern != "gemm":
+            raise CodegenError(
+                f"a causal mask in a {pattern!r} graph; only a batched GEMM's epilogue has one"
+            )
 
 
 def needed(graph: OpGraph, targets: list[str]) -> set[str]:
@@ -327,6 +334,8 @@ def source_expr(t: TensorArg, args: list[str]) -> str:
             raise CodegenError(f"tensor {t.name} is an arange, and no forward argument gives its device")
         end = f"{start} + {step} * {count}"
         return f"torch.arange({start}, {end}, {step}, device={args[0]}.device, dtype=torch.float32)"
+    if kind == "dim":  # dim:<i>:<d>:<power>, a constant made from a size (`shape_consts`)
+        return shape_consts.dim_expr(t.source, args)
     if kind == "param":
         parts = rest.split(".")
         if all(p.isidentifier() and not keyword.iskeyword(p) for p in parts):

@@ -150,6 +150,8 @@ def parse(graph: OpGraph, precision: str, reductions: bool = False) -> Gemm:
         if name is not None and name not in by_name:
             raise CodegenError(f"gemm {role} {name!r} is not one of the graph's tensors")
     a, b = by_name[gi.a], by_name[gi.b]
+    if not gi.batched and any(op.op == "causal" for op in graph.ops):
+        raise CodegenError("a causal mask after an unbatched GEMM: its rows are not the queries")
     live = needed(graph, graph.outputs)
     epilogue = [t for t in graph.tensors if t.name in live and t.name not in (gi.a, gi.b, gi.bias)]
     native = a.dtype == b.dtype and a.dtype in HALF_DTYPES

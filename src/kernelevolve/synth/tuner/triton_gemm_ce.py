@@ -30,6 +30,7 @@ from kernelevolve.synth.tuner import triton_gemm
 from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_common import CodegenError, Parts, helpers_for, jit_function, source_expr
 
+SPAN = 2  # stages written as one (`triton_stages._FUSIONS`)
 NAME = "triton-gemm-ce"
 MERGE_ROWS = 32
 MERGE_CHUNK = 64
@@ -105,7 +106,7 @@ def fusable(gemm: OpGraph, loss: OpGraph, k: int) -> bool:
     return _pair(gemm, loss, k) is not None
 
 
-def build_pair(gemm: OpGraph, loss: OpGraph, k: int, precision: str) -> Parts:
+def build_fused(gemm: OpGraph, loss: OpGraph, k: int, precision: str) -> Parts:
     """Stages k and k + 1 as the three kernels; the forward returns the mean loss."""
     found = _pair(gemm, loss, k)
     if found is None:
@@ -209,4 +210,4 @@ def _forward(loss: OpGraph, g: triton_gemm.Gemm, targets: TensorArg, ignore: int
     ]
 
 
-__all__ = ["NAME", "build_pair", "fusable"]
+__all__ = ["NAME", "SPAN", "build_fused", "fusable"]

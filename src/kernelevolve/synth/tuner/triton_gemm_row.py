@@ -33,6 +33,7 @@ from kernelevolve.synth.tuner.triton_gemm import FAST_DOT
 
 ROW_MAX_COLS = 1024
 ACC_PER_THREAD = 128  # fp32 accumulators a thread holds: half its registers
+SPAN = 2  # stages written as one (`triton_stages._FUSIONS`)
 NAME = "triton-gemm-row"
 
 
@@ -89,7 +90,7 @@ def fuse(gemm: OpGraph, row: OpGraph, k: int) -> OpGraph:
     )
 
 
-def build_pair(gemm: OpGraph, row: OpGraph, k: int, precision: str) -> Parts:
+def build_fused(gemm: OpGraph, row: OpGraph, k: int, precision: str) -> Parts:
     """Stages k and k + 1 as one kernel (`fuse`, then `build`)."""
     return build(fuse(gemm, row, k), precision)
 
@@ -157,4 +158,14 @@ def _drafts(
     return out
 
 
-__all__ = ["ACC_PER_THREAD", "NAME", "ROW_MAX_COLS", "build", "build_pair", "fusable", "fuse", "knobs"]
+__all__ = [
+    "ACC_PER_THREAD",
+    "NAME",
+    "ROW_MAX_COLS",
+    "SPAN",
+    "build",
+    "build_fused",
+    "fusable",
+    "fuse",
+    "knobs",
+]

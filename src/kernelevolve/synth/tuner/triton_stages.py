@@ -13,11 +13,13 @@ Helpers (`_tanh`, `_sm_count`) are shared. The template of a pipeline is named a
 (`triton-conv+triton-pool`); `variants` offers the default of every stage first, then each stage's
 other templates one at a time.
 
-Two fusions (`_FUSIONS`): a GEMM stage whose rows are short and the row stage after it, as one kernel
-(`triton_gemm_row`, the pair named `triton-gemm-row+fused`), and a GEMM stage and the mean
-cross-entropy of its output, the logits never stored (`triton_gemm_ce`, `triton-gemm-ce+fused`).
-The pair's function `_stage<k>` returns stage k + 1's output, and there is no `_stage<k+1>`. The
-variant with every fusable pair fused is the second, after the stage-by-stage one.
+Three fusions (`_FUSIONS`), each of `SPAN` stages written as one kernel: a GEMM stage whose rows are
+short and the row stage after it (`triton_gemm_row`, the pair named `triton-gemm-row+fused`); a GEMM
+stage and the mean cross-entropy of its output, the logits never stored (`triton_gemm_ce`,
+`triton-gemm-ce+fused`); attention's scores GEMM, their softmax and the GEMM with V, the scores never
+stored (`triton_flash`, `triton-flash+fused+fused`). The span's function `_stage<k>` returns its last
+stage's output, and the stages after its first have no function of their own. The variant with
+every fusable span fused is the second, after the stage-by-stage one.
 
 Not here: other fusions (the intermediate makes one round trip through memory), running stages
 concurrently.
@@ -30,17 +32,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kernelevolve.synth.tuner import triton_gemm_ce, triton_gemm_row
+from kernelevolve.synth.tuner import triton_flash, triton_gemm_ce, triton_gemm_row
 from kernelevolve.synth.tuner.ir import Generated, OpGraph
 from kernelevolve.synth.tuner.triton_common import CodegenError, Parts, forward_args, jit_function
 from kernelevolve.tunables import TunablesError
 
 MAX_VARIANTS = 4
 SEPARATOR = "+"
-FUSED = "fused"  # a stage's template name where the stage before it writes its output too
-# Pairs of stages written as one: the fusion's name (the first stage's template) -> its module
-# (`NAME`, `fusable(first, second, k)`, `build_pair(first, second, k, precision) -> Parts`).
-_FUSIONS = {m.NAME: m for m in (triton_gemm_row, triton_gemm_ce)}
+FUSED = "fused"  # a stage's template name where a stage before it writes its output too
+# Spans of stages written as one: the fusion's name (the first stage's template) -> its module
+# (`NAME`, `SPAN` stages, `fusable(*stages, k)`, `build_fused(*stages, k, precision) -> Parts`).
+_FUSIONS = {m.NAME: m for m in (triton_gemm_row, triton_gemm_ce, triton_flash)}
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def _stage_variants(graph: OpGraph, codegen: Codegen) -> list[list[str]]:
 
 
 def variants(graph: OpGraph, codegen: Codegen) -> list[str]:
-    """The pipeline's templates: every stage's default, then the defaults with every pair of stages
+    """The pipeline's templates: every stage's default, then the defaults with every span of stages
     that fuses written as one (`_fused`), then each stage's others, one at a time."""
     options = _stage_variants(graph, codegen)
     default = [names[0] for names in options]
@@ -81,21 +83,27 @@ def variants(graph: OpGraph, codegen: Codegen) -> list[str]:
 
 
 def _fused(graph: OpGraph, names: list[str]) -> list[str]:
-    """`names` with every stage that fuses with the stage after it (a `_FUSIONS` module's `fusable`)
-    named after that fusion, and the stage after it `FUSED` (written by the stage before it)."""
+    """`names` with every stage that starts a span that fuses (a `_FUSIONS` module's `fusable`, the
+    span's intermediates read by no later stage) named after that fusion, and the span's other
+    stages `FUSED` (written by its first)."""
     out = list(names)
     k = 0
     while k < len(graph.stages) - 1:
-        later = {t.name for stage in graph.stages[k + 2 :] for t in stage.tensors}
-        fusion = next(
-            (f for f in _FUSIONS.values() if f.fusable(graph.stages[k], graph.stages[k + 1], k)), None
-        )
-        if fusion is not None and f"_mid{k}" not in later:
-            out[k], out[k + 1] = fusion.NAME, FUSED
-            k += 2
+        fusion = next((f for f in _FUSIONS.values() if _fuses(graph, f, k)), None)
+        if fusion is not None:
+            out[k : k + fusion.SPAN] = [fusion.NAME] + [FUSED] * (fusion.SPAN - 1)
+            k += fusion.SPAN
         else:
             k += 1
     return out
+
+
+def _fuses(graph: OpGraph, fusion: Any, k: int) -> bool:
+    span = graph.stages[k : k + fusion.SPAN]
+    if len(span) < fusion.SPAN or not fusion.fusable(*span, k):
+        return False
+    later = {t.name for stage in graph.stages[k + fusion.SPAN :] for t in stage.tensors}
+    return not later & {f"_mid{j}" for j in range(k, k + fusion.SPAN - 1)}
 
 
 def generate(
@@ -131,19 +139,25 @@ def compose(graph: OpGraph, templates: list[str], precision: str, codegen: Codeg
     reference_args = forward_args(graph)
     calls = []
     last = len(graph.stages) - 1
+    covered = -1  # the last stage a fused span written so far covers
     for k, (stage, template) in enumerate(zip(graph.stages, templates, strict=True)):
         writes = k  # the stage whose output this function returns
         if template == FUSED:
-            if k == 0 or templates[k - 1] not in _FUSIONS:
+            if k > covered:
                 raise CodegenError(f"stage {k + 1} is {FUSED!r} without a fused stage before it")
             continue
         if template in _FUSIONS:
-            if k == last or templates[k + 1] != FUSED:
-                raise CodegenError(f"{template} at stage {k + 1} needs {FUSED!r} at the stage after it")
-            parts = _FUSIONS[template].build_pair(stage, graph.stages[k + 1], k, precision)
-            writes = k + 1
-            if writes < last:  # the later stages' functions take every intermediate; none reads this one
-                calls.append(f"_mid{k} = None  # fused: _stage{k} writes stage {k + 2}'s output")
+            fusion = _FUSIONS[template]
+            span = graph.stages[k : k + fusion.SPAN]
+            if len(span) < fusion.SPAN or templates[k + 1 : k + fusion.SPAN] != [FUSED] * (fusion.SPAN - 1):
+                raise CodegenError(
+                    f"{template} at stage {k + 1} needs {FUSED!r} at the {fusion.SPAN - 1} stage(s) after it"
+                )
+            parts = fusion.build_fused(*span, k, precision)
+            writes = covered = k + fusion.SPAN - 1
+            if writes < last:  # the later stages' functions take every intermediate; none reads these
+                calls += [f"_mid{j} = None  # fused: _stage{k} writes stage {writes + 1}'s output"
+                          for j in range(k, writes)]  # fmt: skip
         elif template not in codegen.variants(stage):
             raise CodegenError(f"template {template!r} does not apply to stage {k + 1} ({stage.pattern})")
         else:
@@ -162,7 +176,7 @@ def compose(graph: OpGraph, templates: list[str], precision: str, codegen: Codeg
             return re.sub(r'CONFIG\["(\w+)"\]', rf'CONFIG["{prefix}\1"]', text)
 
         kernels += [rename(source) for source in parts.kernels]
-        args = forward_args(stage)  # (a fused pair's: its first stage's)
+        args = forward_args(stage)  # (a fused span's: its first stage's)
         if args[: len(reference_args)] != reference_args:
             raise CodegenError(f"stage {k + 1} reads forward arguments {args}, not the reference's first")
         functions.append(_function(f"_stage{k}", ["self", *args], [rename(line) for line in parts.forward]))

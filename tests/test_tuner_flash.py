@@ -1,0 +1,264 @@
+"""Attention's three stages as one flash-attention kernel (`triton_flash`, issue K), and a constant
+made from a size where a spec's shapes differ (`shape_consts`).
+
+The flash variant is offered second in every attention pipeline (test_tuner_attention's references run
+it under the interpreter at every variant); here: what it fuses and refuses, its masking of the keys
+past the sequence's end and SDPA's guard for a row that sees no key, each shown to matter by the
+generated file with that line taken out; the suites' attention, whose scale is 1/sqrt(head dim) at
+head dims of 64 and 128 and whose shapes include a batch of one, templated once for all its shapes
+and correct at two of them; a constant that is no power of a size still refused, with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelevolve.evaluate.guards import check_source
+from kernelevolve.spec import load_spec
+from kernelevolve.synth.tuner import shape_consts, triton_gemm
+from kernelevolve.synth.tuner.aten_attention import causal_mask
+from kernelevolve.synth.tuner.ir import GemmInfo, Op, OpGraph, TensorArg
+from kernelevolve.synth.tuner.trace import recognize
+from kernelevolve.synth.tuner.triton_codegen import generate, variants
+from kernelevolve.synth.tuner.triton_common import CodegenError, check_graph
+from tests.tuner_interp import interpret
+
+FLASH = "triton-flash+fused+fused"
+SMALL = {"s0_BLOCK_M": 16, "s0_BLOCK_N": 16, "s0_DOT": "ieee", "s0_num_warps": 2}
+SUITES = Path(__file__).resolve().parents[1] / "suites"
+
+ATTENTION = '''"""Attention over [B, H, S, D]{note}."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+{init}
+
+    def forward(self, q, k, v):
+{body}
+
+
+def get_inputs(batch: int = {b}, heads: int = 2, seq: int = {s}, dim: int = {d}):
+    return [torch.randn(batch, heads, seq, dim) for _ in range(3)]
+
+
+def get_init_inputs():
+    return []
+{extra}'''
+
+
+def _spec(tmp: Path, name: str, body: str, *, init: str = "pass", b: int = 2, s: int = 40, d: int = 16,
+          extra: str = "", note: str = "") -> Path:  # fmt: skip
+    path = tmp / f"{name}.py"
+    path.write_text(
+        ATTENTION.format(
+            note=note, init=textwrap.indent(init, " " * 8), body=textwrap.indent(body, " " * 8),
+            b=b, s=s, d=d, extra=extra,
+        )
+    )  # fmt: skip
+    return path
+
+
+def _graph(path: Path) -> OpGraph:
+    graph, why = recognize(load_spec(path))
+    assert graph is not None, why
+    return graph
+
+
+MANUAL = "att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\nreturn torch.softmax(att, dim=-1) @ v"
+DEAD_ROW = (  # query 3 sees no key: the reference's softmax of a row of -inf
+    "m = torch.tril(torch.ones(48, 48))\nm[3] = 0.0\nself.register_buffer('bias', m.view(1, 1, 48, 48))"
+)
+MASKED = (
+    "att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+    "att = att.masked_fill(self.bias[:, :, :q.size(-2), :q.size(-2)] == 0, float('-inf'))\n"
+)
+
+
+def test_the_flash_variant_is_offered_second_and_writes_one_kernel(tmp_path: Path) -> None:
+    graph = _graph(_spec(tmp_path, "manual", MANUAL))
+    assert [s.pattern for s in graph.stages] == ["gemm", "row", "gemm"]
+    assert variants(graph)[1] == FLASH
+    gen = generate(graph, template=FLASH)
+    assert len(re.findall(r"^@triton\.jit", gen.source, re.M)) == 1
+    assert "_s0_flash_kernel[" in gen.source and "_stage1" not in gen.source
+    assert gen.config["s0_DOT"] == "tf32x3"  # strict fp32's fast dot, within its tolerance
+    assert gen.drafts and all(d != gen.config for d in gen.drafts)
+    report = check_source(gen.source, accepted_kinds={"triton"}, platform="cuda")
+    assert report.ok, report.violations
+
+
+@pytest.mark.parametrize(
+    ("body", "d", "why"),
+    [
+        ("att = q @ k.transpose(-2, -1)\nreturn torch.log_softmax(att, dim=-1) @ v", 16, "a log-softmax"),
+        (
+            "att = q @ k.transpose(-2, -1)\nreturn (torch.softmax(att, dim=-1) * 2.0) @ v",
+            16,
+            "more than a softmax",
+        ),
+        (
+            "att = q @ k.transpose(-2, -1)\nreturn torch.softmax(att, dim=-1) @ v + 1.0",
+            16,
+            "an epilogue after V",
+        ),
+        (MANUAL, 320, "a head dim above MAX_HEAD"),
+    ],
+)
+def test_what_is_not_exactly_attention_is_not_fused(body: str, d: int, why: str, tmp_path: Path) -> None:
+    graph = _graph(_spec(tmp_path, "other", body, d=d, s=24))
+    assert graph.pattern == "pipeline", why
+    assert not any("triton-flash" in v for v in variants(graph)), why
+
+
+def test_keys_past_the_end_and_a_row_that_sees_no_key(tmp_path: Path) -> None:
+    """40 keys in blocks of 16: the last block's 8 past the end must count for nothing (else each adds
+    exp(0 - max) to the row's sum); a query whose scores are all -inf gives NaN under torch.softmax,
+    as the reference does, and 0 under SDPA's safe softmax (its guard). Each line taken out of the
+    generated file fails its case: the checks bite."""
+    manual = _spec(tmp_path, "manual", MANUAL, s=40)
+    dead = _spec(tmp_path, "dead", MASKED + "return torch.softmax(att, dim=-1) @ v", init=DEAD_ROW, s=40)
+    dead_sdpa = _spec(  # SDPA's safe softmax, spelled as its decomposition is rewritten (`aten_attention`)
+        tmp_path, "dead_sdpa", MASKED + "p = torch.softmax(att, dim=-1)\n"
+        "return torch.where(att.amax(-1, keepdim=True) == float('-inf'), 0.0, p) @ v", init=DEAD_ROW, s=40,
+    )  # fmt: skip
+    sources = {}
+    for path in (manual, dead, dead_sdpa):
+        graph = _graph(path)
+        assert variants(graph)[1] == FLASH, (path.stem, variants(graph))
+        sources[path.stem] = (str(path), generate(graph, template=FLASH, config=SMALL).source)
+    pad = '    s = tl.where(n2 < N, v_v0, float("-inf"))'
+    guard = '    o = tl.where(m_i[:, None] == float("-inf"), 0.0, o)\n'
+    assert (
+        pad in sources["manual"][1] and guard in sources["dead_sdpa"][1] and guard not in sources["dead"][1]
+    )
+    cases = {
+        "manual": sources["manual"],
+        "dead-nan": sources["dead"],
+        "dead_sdpa": sources["dead_sdpa"],
+        "manual-unpadded": (sources["manual"][0], sources["manual"][1].replace(pad, "    s = v_v0")),
+        "dead_sdpa-unguarded": (sources["dead_sdpa"][0], sources["dead_sdpa"][1].replace(guard, "")),
+    }
+    got = interpret(cases, tmp_path, tol=1e-5, nan_marker="nan")
+    assert got["manual"] == got["dead-nan"] == got["dead_sdpa"] == "ok", got
+    assert got["manual-unpadded"] != "ok" and got["dead_sdpa-unguarded"] != "ok", got
+
+
+def test_the_suites_attention_is_templated_once_for_its_shapes(tmp_path: Path) -> None:
+    """Head dims of 64 and 128 (a scale of 1/8 and 1/sqrt(128)) and a batch of one: one graph, the
+    scale a scalar made from q's last size at each call; the candidate is correct at a batch of one
+    with a head dim of 32 and at a batch of three with one of 16 (shapes it was not traced at)."""
+    graph = _graph(SUITES / "llm" / "attention.py")
+    scores = graph.stages[0]
+    made = [t for t in scores.tensors if t.source.startswith("dim:")]
+    assert [(t.source, t.layout) for t in made] == [("dim:0:3:0.5", "scalar")]
+    assert [op.args for op in scores.ops] == [("acc", made[0].name)]
+    assert set(scores.rows) == {"batch", "prefill", "long"}
+    assert variants(graph)[1] == FLASH
+    cases = {}
+    for template in variants(graph)[:2]:
+        source = generate(graph, template=template, config=SMALL if template == FLASH else None).source
+        assert "torch.full((), float(q.shape[3]) ** 0.5" in source
+        for b, d in ((1, 32), (3, 16)):
+            path = _spec(tmp_path, f"at_b{b}_d{d}", MANUAL, b=b, s=24, d=d)
+            cases[f"{template}@b{b}d{d}"] = (str(path), source)
+    assert interpret(cases, tmp_path, tol=1e-5) == dict.fromkeys(cases, "ok")
+
+
+def test_a_constant_that_is_no_power_of_a_size_is_still_refused(tmp_path: Path) -> None:
+    shapes = '\nKERNELEVOLVE = {"shapes": {"a": {"params": {"dim": 16}}, "b": {"params": {"dim": 32}}}}\n'
+    path = _spec(tmp_path, "plus_one", "return q * (q.shape[-1] + 1.0) + k", extra=shapes)
+    graph, why = recognize(load_spec(path))
+    assert graph is None
+    assert "not as a power of one of the inputs' sizes" in why, why
+    scaled = _spec(tmp_path, "scaled", "return q / math.sqrt(q.shape[-1]) + k", extra=shapes)
+    graph = _graph(scaled)
+    assert [t.source for t in graph.tensors if t.layout == "scalar"] == ["dim:0:3:0.5"]
+
+
+def test_unify_fits_each_power_and_leaves_equal_constants_inlined() -> None:
+    def graph(c: float, same: float) -> OpGraph:
+        x = TensorArg("x", "input:0", "full")
+        ops = [Op("v0", "mul", ("x", c)), Op("v1", "add", ("v0", same))]
+        return OpGraph(pattern="elementwise", tensors=[x], ops=ops, outputs=["v1"], dtype="float32")
+
+    shapes: list[list[tuple[int, ...] | None]] = [[(4, 8)], [(4, 32)]]
+    for power in shape_consts.POWERS:
+        g8, g32 = (graph(float(n) ** power, 2.5) for n in (8, 32))
+        unified = shape_consts.unify([g8, g32], shapes)
+        assert unified is not None
+        assert unified[0].ops == unified[1].ops and unified[0].ops[1].args == ("v0", 2.5)
+        (made,) = [t for t in unified[0].tensors if t.layout == "scalar"]
+        assert made.source == f"dim:0:1:{power}" and unified[0].ops[0].args == ("x", made.name)
+        x = torch.zeros(4, 32)
+        got = eval(shape_consts.dim_expr(made.source, ["x"]), {"torch": torch, "x": x})
+        assert math.isclose(float(got), 32.0**power, rel_tol=1e-6)
+    assert shape_consts.unify([graph(3.0, 2.5), graph(7.0, 2.5)], shapes) is None  # 3 and 7: no size
+    assert shape_consts.unify([graph(8.0, 2.5), graph(32.0, 1.5)], shapes) is None  # 2.5 then 1.5: no size
+
+
+CAUSAL = "return F.scaled_dot_product_attention(q, k, v, is_causal=True)"
+
+
+def test_sdpas_causal_mask_is_the_causal_op_and_the_flash_kernel_skips_blocks_after_the_diagonal(
+    tmp_path: Path,
+) -> None:
+    """`is_causal=True` (a mask made from two aranges) is the scores' `causal` op; the flash kernel loads
+    no key block after a query block's last row and runs the longest rows first. Correct at 40
+    positions in blocks of 16 and 32, with 24 queries over 40 keys (the mask's top-left alignment),
+    and at the suites' attention_causal; the mask taken out, or the bound one block short, fails."""
+    graph = _graph(SUITES / "llm" / "attention_causal.py")
+    assert [op.op for op in graph.stages[0].ops] == ["mul", "causal"]
+    assert variants(graph)[1] == FLASH
+    square = _spec(tmp_path, "square", CAUSAL, s=40)
+    wide = _spec(tmp_path, "wide", CAUSAL.replace("(q, k, v,", "(q[:, :, :24], k, v,"), s=40)
+    cases = {}
+    for path in (square, wide):
+        g = _graph(path)
+        for template in variants(g):
+            cases[f"{path.stem}@{template}"] = (str(path), generate(g, template=template).source)
+    flash = generate(_graph(square), template=FLASH, config={**SMALL, "s0_BLOCK_N": 32}).source
+    bound = "    hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)"
+    mask = '        v_v1 = tl.where(n2 > m2, float("-inf"), v_v0)'
+    assert bound in flash and mask in flash and "tl.num_programs(0) - 1 - tl.program_id(0)" in flash
+    cases["square@small"] = (str(square), flash)
+    cases["suite@small"] = (
+        str(SUITES / "llm" / "attention_causal.py"),
+        generate(graph, template=FLASH, config=SMALL).source,
+    )
+    cases["square-unmasked"] = (str(square), flash.replace(mask, "        v_v1 = v_v0"))
+    small = generate(_graph(square), template=FLASH, config=SMALL).source  # blocks of 16 both ways
+    cases["square-short"] = (str(square), small.replace(bound, "    hi = tl.minimum(N, pid_m * BLOCK_M)"))
+    got = interpret(cases, tmp_path, tol=1e-5)
+    bad = {"square-unmasked", "square-short"}
+    assert all(v == "ok" for k, v in got.items() if k not in bad), {k: v for k, v in got.items() if v != "ok"}
+    assert all(got[k] != "ok" for k in bad), got
+
+
+def test_the_causal_op_is_what_sdpa_computes_and_only_a_batched_gemm_writes_it() -> None:
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 24, 8), torch.randn(2, 3, 40, 8), torch.randn(2, 3, 40, 8)
+    scores = causal_mask(q @ k.transpose(-2, -1) / math.sqrt(8))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(torch.softmax(scores, -1) @ v, want, rtol=1e-5, atol=1e-6)
+    x = TensorArg("x", "input:0", "full")
+    row = OpGraph(pattern="row", tensors=[x], ops=[Op("v0", "causal", ("x",))], outputs=["v0"])
+    with pytest.raises(CodegenError, match="only a batched GEMM"):
+        check_graph(row, "row")
+    w = TensorArg("w", "param:w", "full")
+    flat = OpGraph(pattern="gemm", tensors=[x, w], ops=[Op("v0", "causal", ("acc",))], outputs=["v0"],
+                   gemm=GemmInfo(a="x", b="w", b_layout="nk"))  # fmt: skip
+    with pytest.raises(CodegenError, match="unbatched GEMM"):
+        triton_gemm.parse(flat, "strict_fp32")
