@@ -47,6 +47,10 @@ REFERENCES = {
         CAUSAL_BUFFER.format(n=24), MANUAL + CAUSAL + "return torch.softmax(att, dim=-1) @ v", (2, 2, 16, 32),
         ["mul", "eq", "where_nz"],
     ),
+    "causal-whole-buffer": (  # a buffer as long as the sequence: its slice is a no-op (an `alias`)
+        CAUSAL_BUFFER.format(n=16), MANUAL + CAUSAL + "return torch.softmax(att, dim=-1) @ v", (2, 2, 16, 32),
+        ["mul", "eq", "where_nz"],
+    ),
     "relu-v": (  # V computed first: its own stage, whose intermediate the last GEMM reads beside the probabilities
         "pass", MANUAL + "return torch.softmax(att, dim=-1) @ torch.relu(v)", (2, 2, 16, 32), ["mul"],
     ),

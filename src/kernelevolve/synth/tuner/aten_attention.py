@@ -129,7 +129,7 @@ def _guard_by_amax(graph: Any) -> bool:
 
 def _leaf_chain(node: Any) -> bool:
     """Whether `node` is slices and views of a placeholder (a forward argument or a parameter)."""
-    while _call(node) and op_name(node) in {"slice", *_THROUGH}:
+    while _call(node) and op_name(node) in {"slice", "alias", *_THROUGH}:
         node = node.args[0]
     return getattr(node, "op", None) == "placeholder"
 
