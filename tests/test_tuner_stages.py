@@ -19,6 +19,7 @@ from kernelevolve.evaluate.guards import check_source
 from kernelevolve.spec import load_spec
 from kernelevolve.synth.tuner import c_codegen
 from kernelevolve.synth.tuner.ir import OpGraph
+from kernelevolve.synth.tuner.stages import MAX_STAGES
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
 from tests.tuner_interp import interpret, on_cuda, recognized, stage_config
@@ -363,14 +364,22 @@ def test_a_stage_reducing_over_other_dims_is_generated_correctly(
     assert keys and all(runs[key] == "ok" for key in keys), runs
 
 
-def test_a_pipeline_of_more_than_four_stages_is_refused_with_the_limit(tmp_path: Path) -> None:
+def test_a_pipeline_of_more_than_eight_stages_is_refused_with_the_limit(tmp_path: Path) -> None:
     path = _spec(
-        tmp_path, "five", "self.conv = nn.Conv2d(3, 3, 3, padding=1)\nself.pool = nn.MaxPool2d(2)",
-        "return self.pool(self.conv(self.pool(self.conv(self.pool(x)))))", "[torch.randn(1, 3, 16, 16)]",
+        tmp_path, "nine", "self.conv = nn.Conv2d(3, 3, 3, padding=1)\nself.pool = nn.MaxPool2d(2)",
+        "for _ in range(4):\n    x = self.conv(self.pool(x))\nreturn self.pool(x)", "[torch.randn(1, 3, 64, 64)]",
     )  # fmt: skip
     graph, why = recognize(load_spec(path))
-    assert graph is None and why.startswith("stage 4 of the pipeline (after max pool2d"), why
-    assert why.endswith("(and a pipeline has at most 4 stages)"), why
+    assert graph is None and why.startswith(f"stage {MAX_STAGES} of the pipeline (after max pool2d"), why
+    assert why.endswith(f"(and a pipeline has at most {MAX_STAGES} stages)"), why
+    assert MAX_STAGES == 8
+    seven = _spec(
+        tmp_path, "seven", "self.conv = nn.Conv2d(3, 3, 3, padding=1)\nself.pool = nn.MaxPool2d(2)",
+        "for _ in range(3):\n    x = self.conv(self.pool(x))\nreturn self.pool(x)", "[torch.randn(1, 3, 32, 32)]",
+    )  # fmt: skip
+    graph, why = recognize(load_spec(seven))
+    assert graph is not None and [s.pattern for s in graph.stages] == ["pool", "conv"] * 3 + ["pool"], why
+    assert interpret({"seven": (str(seven), generate(graph).source)}, tmp_path, tol=1e-4) == {"seven": "ok"}
 
 
 def test_the_cpu_templates_say_they_do_not_generate_pipelines(graphs: dict[str, tuple[str, OpGraph]]) -> None:

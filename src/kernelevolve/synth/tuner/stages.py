@@ -43,7 +43,7 @@ from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
 
 # What maps one graph (`GraphMapper` or a factory with its signature that picks a mapper per graph).
 Mapper = Callable[[Any, list[str], list[str]], GraphMapper]
-MAX_STAGES = 4
+MAX_STAGES = 8
 # Graph mappings tried per traced shape before giving up: each candidate cut maps its prefix once.
 _BUDGET = 400
 
