@@ -51,11 +51,16 @@ REFERENCES = {
         CAUSAL_BUFFER.format(n=16), MANUAL + CAUSAL + "return torch.softmax(att, dim=-1) @ v", (2, 2, 16, 32),
         ["mul", "eq", "where_nz"],
     ),
+    "projected": (  # a projection first: q, k and v are slices of one intermediate (`aten_mask`)
+        "self.proj = nn.Linear(32, 96)",
+        "q, k, v = self.proj(q).split(32, dim=-1)\n" + MANUAL + "return torch.softmax(att, dim=-1) @ v",
+        (2, 2, 16, 32), ["mul"],
+    ),
     "relu-v": (  # V computed first: its own stage, whose intermediate the last GEMM reads beside the probabilities
         "pass", MANUAL + "return torch.softmax(att, dim=-1) @ torch.relu(v)", (2, 2, 16, 32), ["mul"],
     ),
 }  # fmt: skip
-STAGES = {"relu-v": ["elementwise", "gemm", "row", "gemm"]}
+STAGES = {"relu-v": ["elementwise", "gemm", "row", "gemm"], "projected": ["gemm", "gemm", "row", "gemm"]}
 
 
 def _spec(tmp: Path, name: str, init: str, body: str, shape: tuple[int, ...]) -> Path:
@@ -156,10 +161,9 @@ def test_generated_attention_passes_the_candidate_guards(graphs: dict[str, tuple
 @pytest.mark.parametrize(
     ("init", "body", "reason"),
     [
-        (  # a projection first (MinGPT's c_attn): q, k and v are split views of one intermediate
-            "self.proj = nn.Linear(32, 96)",
-            "q, k, v = self.proj(q).split(32, dim=-1)\n" + MANUAL + "return torch.softmax(att, dim=-1) @ v",
-            "stage 2 of the pipeline (after matmul (weight layout nk), epilogue: add) is not templated: "
+        (  # SDPA's attn_mask: a [T, T] tensor added to the scores, broadcast over batch and heads
+            "self.register_buffer('m', torch.zeros(16, 16))",
+            "return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.m)",
             "aten._softmax with a matmul in the graph",
         ),
         (  # softmaxes over alternate dims between the matmuls: one stage each, past the limit

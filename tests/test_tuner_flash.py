@@ -262,3 +262,68 @@ def test_the_causal_op_is_what_sdpa_computes_and_only_a_batched_gemm_writes_it()
                    gemm=GemmInfo(a="x", b="w", b_layout="nk"))  # fmt: skip
     with pytest.raises(CodegenError, match="unbatched GEMM"):
         triton_gemm.parse(flat, "strict_fp32")
+
+
+PROJECTED = '''"""Attention behind one projection: {what}."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim{bias})
+        self.proj = nn.Linear(dim, dim)
+        self.register_buffer("bias", torch.tril(torch.ones(24, 24)).view(1, 1, 24, 24))
+
+    def forward(self, x):
+        B, T, C = x.shape
+{body}
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+def get_inputs():
+    return [torch.randn(2, 20, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+MINGPT = """        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        y = torch.softmax(att, dim=-1) @ v"""
+PACKED = """        qkv = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)"""
+
+
+def test_attention_behind_a_projection_reads_its_operands_as_views_the_wrapper_takes(tmp_path: Path) -> None:
+    """MinGPT's split projection and a packed one ([B, T, 3, H, D] permuted, as the suites' sdpa_mlp_block):
+    q, k and v are permuted views of the projection's output, taken by the wrapper (`strided:` sources,
+    `torch.as_strided` with the traced strides), the heads' output viewed back to [B, T, C]
+    (`reshape:`) for the last projection: five stages, flash offered, every variant correct. The
+    offsets matter: k read at q's offset fails."""
+    cases = {}
+    for name, body, bias in (("mingpt", MINGPT, ""), ("packed", PACKED, ", bias=False")):
+        path = tmp_path / f"{name}.py"
+        path.write_text(PROJECTED.format(what=name, body=body, bias=bias))
+        graph = _graph(path)
+        assert [s.pattern for s in graph.stages] == ["gemm", "gemm", "row", "gemm", "gemm"], graph.description
+        sources = [t.source for s in graph.stages for t in s.tensors]
+        assert sum(s.startswith("strided:") for s in sources) == 3, sources
+        assert any(s.startswith("reshape:") for s in sources), sources
+        assert variants(graph)[1] == "triton-gemm+triton-flash+fused+fused+triton-gemm"
+        for template in variants(graph):
+            cases[f"{name}@{template}"] = (str(path), generate(graph, template=template).source)
+    flash = cases["mingpt@triton-gemm+triton-flash+fused+fused+triton-gemm"][1]
+    assert "storage_offset() + 32)" in flash  # k, 32 floats past q in each row of the projection
+    cases["mingpt-k-at-q"] = (str(tmp_path / "mingpt.py"),
+                              flash.replace("storage_offset() + 32)", "storage_offset() + 0)"))  # fmt: skip
+    got = interpret(cases, tmp_path, tol=1e-5)
+    assert got.pop("mingpt-k-at-q") != "ok"
+    assert got == dict.fromkeys(got, "ok"), got

@@ -13,8 +13,22 @@ shape [1, 1, T, T] against scores [B, H, T, T]. Two pieces make that readable by
   one extra copy of the output's size per call, exact. `aten_attention` puts the `expand` in the
   graph where such a mask meets the scores (torch broadcasts it inside the `where`).
 
-Both sources embed sizes, so a spec whose shapes slice or broadcast differently traces to different
-graphs (refused as such). The CPU generator does not read these sources (`c_codegen` refuses them).
+Attention behind a projection (MinGPT's `c_attn(x).split(C, 2)`, each piece viewed [B, T, H, D] and
+transposed to [B, H, T, D]) reads its operands as permuted views of the projection's output:
+
+- `split_leaves`: `split_with_sizes` of a leaf is a slice leaf per piece (`slice_leaf`).
+- `materialize`: a permuted view of a leaf that is neither contiguous nor transposed (`aten_misc`'s
+  `_Strided`), once something other than a further view reads it (the decomposition's `expand` and
+  `clone` before a `bmm`), is a leaf of its own, `strided:<shape>:<strides>:<offset>:<root>`: the
+  wrapper takes it with `torch.as_strided` of the root (a forward argument or parameter, traced
+  contiguous, made contiguous first) with the traced strides and offset, and the template copies it
+  contiguous as it reads it (a GEMM's reshape), one pass over the operand.
+- `reshaped_leaf`: a view of such a leaf that changes its last dim is `reshape:<shape>:<source>` (its
+  sizes are the wrapper's then, so a GEMM's K is the viewed one: `y.transpose(1, 2).contiguous()
+  .view(B, T, C)`).
+
+These sources embed sizes, so a spec whose shapes slice, broadcast or permute differently traces to
+different graphs (refused as such). The CPU generator does not read them (`c_codegen` refuses them).
 
 Deliberately not here: reading a broadcast tensor in place (a layout indexed modulo its size, which
 would need every template's indexing), slices with a step, slices of computed values.
@@ -25,6 +39,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from kernelevolve.synth.tuner.aten_graph import op_name
 from kernelevolve.synth.tuner.aten_values import _numel, _pad, _Val
 
 _SLICEABLE = ("input", "param", "slice")
@@ -72,4 +87,81 @@ def read_broadcast(m: Any, v: _Val, source: str, base: tuple[int, ...], dtype: s
     return replace(v, ref=name, layout="full", leaf=None)
 
 
-__all__ = ["broadcast_leaf", "read_broadcast", "slice_leaf"]
+def split_leaves(m: Any, x: Any, sizes: list[int], dim: int) -> tuple[_Val, ...] | None:
+    """`split_with_sizes(x, sizes, dim)` of a leaf: a slice leaf per piece, or None where `x` is not
+    a leaf a slice can take."""
+    if not isinstance(x, _Val) or x.leaf is None or not all(isinstance(n, int) for n in sizes):
+        return None
+    dim = dim % len(x.shape)
+    pieces, start = [], 0
+    for size in sizes:
+        shape = (*x.shape[:dim], size, *x.shape[dim + 1 :])
+        piece = slice_leaf(m, x, [x, dim, start, start + size], shape)
+        if piece is None:
+            return None
+        pieces.append(piece)
+        start += size
+    return tuple(pieces)
+
+
+def materialize(m: Any, x: _Val, node: Any) -> _Val | None:
+    """The permuted view `node` (an fx node whose value is a strided view of leaf `x`'s root) as a leaf
+    of its own (`strided:` source); None where the root is not a forward argument or parameter that
+    was traced contiguous from its start."""
+    val, root = node.meta.get("val"), node
+    while getattr(root, "op", None) == "call_function" and root.args:
+        if op_name(root) not in _PURE_VIEWS:  # a copy (clone, a reshape that copies): strides of its own
+            return None
+        root = root.args[0]
+    base = getattr(root, "meta", {}).get("val")
+    if val is None or base is None or not base.is_contiguous() or base.storage_offset() != 0:
+        return None
+    source = m.leaf_source[x.leaf][0]
+    while source.startswith(("slice:", "strided:")):  # the traced strides are the root's
+        source = source.split(":", 4)[4]
+    if source.partition(":")[0] not in ("input", "param"):
+        return None
+    shape, stride = tuple(val.shape), tuple(val.stride())
+    name = f"{x.leaf}_v{len(m.leaf_source)}"
+    made = f"strided:{_csv(shape)}:{_csv(stride)}:{val.storage_offset()}:{source}"
+    m.leaf_source[name] = (made, shape, m.leaf_source[x.leaf][2])
+    return _Val(None, "leaf", shape, leaf=name)
+
+
+def reshaped_leaf(m: Any, x: _Val, shape: tuple[int, ...]) -> _Val | None:
+    """A view of a `strided:` leaf (or of its reshape) that changes its last dim, as a leaf of the
+    viewed shape; None for others (a view of the leading dims is read as any leaf's is: the GEMM's
+    batch, say)."""
+    source, base, dtype = m.leaf_source[x.leaf]
+    if x.transposed or source.partition(":")[0] not in ("strided", "reshape") or shape[-1:] == base[-1:]:
+        return None
+    inner = source.split(":", 2)[2] if source.startswith("reshape:") else source
+    name = f"{x.leaf}_r{len(m.leaf_source)}"
+    m.leaf_source[name] = (f"reshape:{_csv(shape)}:{inner}", shape, dtype)
+    return _Val(None, "leaf", shape, leaf=name)
+
+
+def view_expr(source: str, inner: Any) -> str:
+    """The wrapper's expression for a `strided:` or `reshape:` source; `inner(source)` writes the one
+    it reads."""
+    kind, _, rest = source.partition(":")
+    if kind == "reshape":
+        dims, what = rest.split(":", 1)
+        return f"{inner(what)}.reshape({dims},)"
+    dims, strides, offset, what = rest.split(":", 3)
+    root = f"{inner(what)}.contiguous()"
+    return f"torch.as_strided({root}, ({dims},), ({strides},), {root}.storage_offset() + {int(offset)})"
+
+
+# Ops whose result shares its input's storage: a materialized view's strides are its root's.
+_PURE_VIEWS = {"view", "_unsafe_view", "permute", "transpose", "t", "expand", "slice", "select",
+               "split_with_sizes", "getitem", "unsqueeze", "squeeze", "alias"}  # fmt: skip
+
+
+def _csv(values: tuple[int, ...]) -> str:
+    return ",".join(str(int(v)) for v in values)
+
+
+__all__ = [
+    "broadcast_leaf", "materialize", "read_broadcast", "reshaped_leaf", "slice_leaf", "split_leaves", "view_expr",
+]  # fmt: skip

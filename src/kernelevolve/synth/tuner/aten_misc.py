@@ -48,6 +48,9 @@ _INT_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand
 _IDENTITY = {"cumsum": 0.0, "cumprod": 1.0}
 _RANDOM = {"bernoulli", "native_dropout", "rand", "rand_like", "randn", "randn_like", "uniform"}
 _REORDERS = {"permute", "transpose", "t", "view", "_unsafe_view", "reshape", "unsqueeze", "squeeze"}
+# What makes a permuted view of a leaf contiguous (the decomposition's way to a bmm operand): the
+# wrapper takes the view instead (`aten_mask.materialize`); elementwise ops on it stay refused.
+_COPIES = {"expand", "clone", "contiguous", "alias"}
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,16 @@ def visit(m: GraphMapper, name: str, args: list[Any], kw: dict[str, Any], node: 
                 f"aten.{name} of float data to {dtype} (a rounding): only float data is templated"
             )
         return m.view(args[0], shape)
+    if args and isinstance(args[0], _Strided) and name in _COPIES:  # made contiguous: a leaf of its own
+        made = aten_mask.materialize(m, args[0].value, node.args[0])
+        if made is not None:
+            args[0] = made
+    if name == "split_with_sizes" and len(args) > 1:  # a projection split into q, k and v
+        pieces = aten_mask.split_leaves(
+            m, args[0], list(args[1]), args[2] if len(args) > 2 else kw.get("dim", 0)
+        )
+        if pieces is not None:
+            return pieces
     if name in _REORDERS and args and isinstance(args[0], _Strided):
         return _reorder(m, name, args, args[0].value, val, shape) or _Strided(args[0].value)
     if name in _REORDERS and args and isinstance(args[0], _Val) and hasattr(val, "is_contiguous"):
@@ -140,8 +153,10 @@ def visit(m: GraphMapper, name: str, args: list[Any], kw: dict[str, Any], node: 
         return _arange(m, args, kw, shape, dtype)
     if name in ("add", "sub") and dtype in INDEX_DTYPES and kw.get("alpha", 1) == 1:
         return m.elementwise(name, [args[0], args[1]], shape)  # index arithmetic, exact to 2**24
-    if name == "select":
-        return _NoValue(f"aten.select of {list(shape)}")
+    if name == "select":  # of a (permuted) view of a leaf: q, k or v out of one projection, say
+        x = args[0].value if isinstance(args[0], _Strided) else args[0]
+        made = aten_mask.materialize(m, x, node) if isinstance(x, _Val) and x.leaf is not None else None
+        return made or _NoValue(f"aten.select of {list(shape)}")
     if name == "scalar_tensor":
         return _Val(float(args[0]), "scalar", shape)
     if name in ("sum", "mean") and _over_all(shape):
@@ -196,6 +211,11 @@ def _reorder(m: GraphMapper, name: str, args: list[Any], x: Any, val: Any, shape
     from dataclasses import replace
 
     if x.leaf is not None:
+        if name not in ("permute", "transpose", "t"):
+            if x.transposed:  # contiguous only after a clone, whose strides are not the leaf's: the
+                return None  # mapper's rule (a transposed leaf's batch dims fold)
+            if folded := aten_mask.reshaped_leaf(m, x, shape):
+                return folded  # a view of a permuted view the wrapper took: it reshapes it
         if (
             name in ("permute", "transpose", "t")
             and not x.transposed

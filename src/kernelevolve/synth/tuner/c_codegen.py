@@ -75,7 +75,7 @@ def generate(graph: OpGraph, config: dict | None = None, precision: str = "stric
         raise NotImplementedError(
             "the CPU templates do not generate index masks (an arange in the reference)"
         )
-    if any(t.source.startswith(("slice:", "expand:")) for t in graph.tensors):
+    if any(t.source.startswith(("slice:", "expand:", "strided:", "reshape:")) for t in graph.tensors):
         raise NotImplementedError(
             "the CPU templates do not read a slice of a tensor or a broadcast mask (`aten_mask`)"
         )

@@ -52,8 +52,11 @@ Tensors may hold integer or bool data (class indices, masks): every template rea
 exact up to 2**24, as torch's promotion to float computes them. A tensor's source may also be
 `arange:<start>:<step>:<count>`, an index vector the candidate makes (triu and tril's masks),
 `slice:<dim>:<start>:<end>:<source>` (a unit-step slice of an input or parameter, e.g. a corner of
-a causal-mask buffer) or `expand:<d0>,<d1>,..:<source>` (a tensor broadcast over the output's outer
-dims, materialized `full` by the wrapper; `aten_mask`).
+a causal-mask buffer), `expand:<d0>,<d1>,..:<source>` (a tensor broadcast over the output's outer
+dims, materialized `full` by the wrapper), `strided:<shape>:<strides>:<offset>:<source>` (a permuted
+view of an input or parameter: attention's q, k and v out of one projection) and
+`reshape:<shape>:<source>` (a view of that; `aten_mask`), or `dim:<i>:<d>:<power>` (a scalar made
+from a size, `shape_consts`).
 
 Deliberately not here: anything the tuner cannot generate (gathers, two reductions over different dims,
 more than one intermediate per stage). `trace.recognize` returns None for those and the tuner seeds only from

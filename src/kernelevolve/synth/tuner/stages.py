@@ -190,7 +190,12 @@ def _attention(graph: Any) -> str:
 
 
 def _is_view(n: Any) -> bool:
-    return op_name(n).removesuffix("_") in _VIEWS or op_name(n) in _TRANSPOSES
+    # (a split's pieces too: views of its input, `aten_mask.split_leaves`)
+    return op_name(n).removesuffix("_") in _VIEWS or op_name(n) in {
+        *_TRANSPOSES,
+        "split_with_sizes",
+        "getitem",
+    }
 
 
 def _float_tensor(n: Any) -> bool:

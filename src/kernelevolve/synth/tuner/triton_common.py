@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from kernelevolve.errors import KernelevolveError
-from kernelevolve.synth.tuner import shape_consts
+from kernelevolve.synth.tuner import aten_mask, shape_consts
 from kernelevolve.synth.tuner.ir import ELEMENTWISE_OPS, REDUCE_OPS, Arg, Op, OpGraph, TensorArg
 
 DTYPES = {"float32", "float16", "bfloat16"}
@@ -334,6 +334,8 @@ def source_expr(t: TensorArg, args: list[str]) -> str:
             raise CodegenError(f"tensor {t.name} is an arange, and no forward argument gives its device")
         end = f"{start} + {step} * {count}"
         return f"torch.arange({start}, {end}, {step}, device={args[0]}.device, dtype=torch.float32)"
+    if kind in ("strided", "reshape"):  # a permuted view the wrapper takes (`aten_mask`)
+        return aten_mask.view_expr(t.source, lambda s: source_expr(replace(t, source=s), args))
     if kind == "dim":  # dim:<i>:<d>:<power>, a constant made from a size (`shape_consts`)
         return shape_consts.dim_expr(t.source, args)
     if kind == "param":
