@@ -156,8 +156,8 @@ def _dot(x: str, y: str, acc: str) -> list[str]:
 
 def _kernel(g: triton_gemm.Gemm, names: Names, guard: bool) -> str:
     q, kk = names.ptr(g.a.name), names.ptr(g.b.name)
-    params = [q, kk, "vals_ptr", *(names.ptr(t.name) for t in g.epilogue), "out_ptr", "M", "N", "D", "DV",
-              "s_qz", "s_qm", "s_qd", "s_kz", "s_kn", "s_kd", "s_vz", "s_vn", "s_vd"]  # fmt: skip
+    params = [q, kk, "vals_ptr", *(names.ptr(t.name) for t in g.epilogue), "out_ptr", "M", "N", "D", "DV", "H",
+              "s_qz", "s_qh", "s_qm", "s_qd", "s_kz", "s_kh", "s_kn", "s_kd", "s_vz", "s_vh", "s_vn", "s_vd"]  # fmt: skip
     params += [f"{c}: tl.constexpr" for c in ("BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV", "DOT")]
     offsets = {"full": "z * M * N + m2 * N + n2"}
     masks = {"full": "mask"}
@@ -170,12 +170,14 @@ def _kernel(g: triton_gemm.Gemm, names: Names, guard: bool) -> str:
         "pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # causal: the longest rows first"
         if causal
         else "pid_m = tl.program_id(0)",
-        "z = tl.program_id(1).to(tl.int64)",
+        "z = tl.program_id(1).to(tl.int64)  # the batch entry: zb of the outer dims, zh of the last",
+        "zb = z // H",
+        "zh = z % H",
         "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
         "rd = tl.arange(0, BLOCK_D)",
         "rdv = tl.arange(0, BLOCK_DV)",
         "m2 = rm[:, None]",
-        f"a = tl.load({q} + z * s_qz + m2 * s_qm + rd[None, :] * s_qd, mask=(m2 < M) & (rd[None, :] < D), other=0.0)",
+        f"a = tl.load({q} + zb * s_qz + zh * s_qh + m2 * s_qm + rd[None, :] * s_qd, mask=(m2 < M) & (rd[None, :] < D), other=0.0)",
         "a = a.to(tl.float32)",
         *scalars,
         'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # the running row maximum of the scores',
@@ -190,7 +192,7 @@ def _kernel(g: triton_gemm.Gemm, names: Names, guard: bool) -> str:
         "    rn = start + tl.arange(0, BLOCK_N)",
         "    n2 = rn[None, :]",
         "    mask = (m2 < M) & (n2 < N)",
-        f"    b = tl.load({kk} + z * s_kz + rd[:, None] * s_kd + n2 * s_kn, mask=(rd[:, None] < D) & (n2 < N), other=0.0)",
+        f"    b = tl.load({kk} + zb * s_kz + zh * s_kh + rd[:, None] * s_kd + n2 * s_kn, mask=(rd[:, None] < D) & (n2 < N), other=0.0)",
         "    b = b.to(tl.float32)",
         "    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)",
         *("    " + line for line in _dot("a", "b", "acc")),
@@ -202,7 +204,7 @@ def _kernel(g: triton_gemm.Gemm, names: Names, guard: bool) -> str:
         "    alpha = tl.exp(m_i - m_use)",
         "    p = tl.exp(s - m_use[:, None])",
         "    l_i = l_i * alpha + tl.sum(p, 1)",
-        "    vt = tl.load(vals_ptr + z * s_vz + rn[:, None] * s_vn + rdv[None, :] * s_vd,",
+        "    vt = tl.load(vals_ptr + zb * s_vz + zh * s_vh + rn[:, None] * s_vn + rdv[None, :] * s_vd,",
         "                 mask=(rn[:, None] < N) & (rdv[None, :] < DV), other=0.0).to(tl.float32)",
         "    o = o * alpha[:, None]",
         *("    " + line for line in _dot("p", "vt", "o")),
@@ -225,8 +227,10 @@ def _causal(g: triton_gemm.Gemm) -> bool:
 
 
 def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg) -> list[str]:
-    """q, k and v as [batch, rows, dim] (broadcast over the batch's dims where one is), the
-    epilogue's tensors contiguous, the output, the launch."""
+    """q, k and v as [outer batch, last batch dim, rows, dim] views (broadcast over the batch's dims
+    where one is; a permuted view of a projection, [B, H, T, D] with T's stride the widest, is read
+    in place, where a flat batch would copy it), the epilogue's tensors contiguous, the output, the
+    launch."""
     names = g.names
     gs, go = scores.gemm, out.gemm
     assert gs is not None and go is not None
@@ -242,26 +246,22 @@ def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg) -
         f"_N = {lk}.shape[-2]" if k_nk else f"_N = {lk}.shape[-1]",
         "_DV = _v.shape[-1]" if v_kn else "_DV = _v.shape[-2]",
         f"_bs = torch.broadcast_shapes({lq}.shape[:-2], {lk}.shape[:-2], _v.shape[:-2])",
-        "# each operand over the whole batch: a view where it has it, a copy where it broadcasts part of it",
-        f"_q = {lq}.expand(*_bs, *{lq}.shape[-2:]).reshape(-1, _M, _D)",
-        f"_k = {lk}.expand(*_bs, *{lk}.shape[-2:]).reshape(-1, *{lk}.shape[-2:])",
-        "_v = _v.expand(*_bs, *_v.shape[-2:]).reshape(-1, *_v.shape[-2:])",
-        "_batch = _q.shape[0]",
-        "_skz, _skn, _skd = "
-        + (
-            "_k.stride(0), _k.stride(1), _k.stride(2)" if k_nk else "_k.stride(0), _k.stride(2), _k.stride(1)"
-        ),
-        "_svz, _svn, _svd = "
-        + (
-            "_v.stride(0), _v.stride(1), _v.stride(2)" if v_kn else "_v.stride(0), _v.stride(2), _v.stride(1)"
-        ),
+        "_h = _bs[-1] if len(_bs) else 1",
+        "# each operand over the whole batch, its outer dims merged: a view where they merge, else a copy",
+        f"_q = {lq}.expand(*_bs, *{lq}.shape[-2:]).reshape(-1, _h, _M, _D)",
+        f"_k = {lk}.expand(*_bs, *{lk}.shape[-2:]).reshape(-1, _h, *{lk}.shape[-2:])",
+        "_v = _v.expand(*_bs, *_v.shape[-2:]).reshape(-1, _h, *_v.shape[-2:])",
+        "_batch = _q.shape[0] * _h",
+        "_skn, _skd = " + ("_k.stride(2), _k.stride(3)" if k_nk else "_k.stride(3), _k.stride(2)"),
+        "_svn, _svd = " + ("_v.stride(2), _v.stride(3)" if v_kn else "_v.stride(3), _v.stride(2)"),
         f"_out0 = torch.empty((*_bs, _M, _DV), device={lq}.device, dtype=torch.float32)",
         "if _out0.numel() == 0:",
         "    return _out0",
         '_bm, _bn = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"]',
         "_flash_kernel[(triton.cdiv(_M, _bm), _batch)](",
-        f"    _q, _k, _v, {''.join(names.local(t.name) + ', ' for t in g.epilogue)}_out0, _M, _N, _D, _DV,",
-        "    _q.stride(0), _q.stride(1), _q.stride(2), _skz, _skn, _skd, _svz, _svn, _svd,",
+        f"    _q, _k, _v, {''.join(names.local(t.name) + ', ' for t in g.epilogue)}_out0, _M, _N, _D, _DV, _h,",
+        "    _q.stride(0), _q.stride(1), _q.stride(2), _q.stride(3), _k.stride(0), _k.stride(1), _skn, _skd,",
+        "    _v.stride(0), _v.stride(1), _svn, _svd,",
         "    BLOCK_M=_bm, BLOCK_N=_bn, BLOCK_D=max(16, triton.next_power_of_2(_D)),",
         '    BLOCK_DV=max(16, triton.next_power_of_2(_DV)), DOT=CONFIG["DOT"],',
         '    num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],',
