@@ -327,3 +327,12 @@ def test_attention_behind_a_projection_reads_its_operands_as_views_the_wrapper_t
     got = interpret(cases, tmp_path, tol=1e-5)
     assert got.pop("mingpt-k-at-q") != "ok"
     assert got == dict.fromkeys(got, "ok"), got
+
+
+def test_half_precision_attention_is_not_fused(tmp_path: Path) -> None:
+    """The flash template takes fp32 q, k and v (its dot knob is for fp32 operands): a bf16 attention
+    keeps its stage-by-stage variants."""
+    path = _spec(tmp_path, "half", MANUAL, extra="\nKERNELEVOLVE = {'dtype': 'bfloat16'}\n")
+    graph = _graph(path)
+    assert [t.dtype for t in graph.stages[0].tensors[:2]] == ["bfloat16", "bfloat16"]
+    assert variants(graph) and not any("triton-flash" in v for v in variants(graph)), variants(graph)

@@ -40,6 +40,7 @@ from kernelevolve.synth.tuner.triton_common import (
     CodegenError,
     Names,
     Parts,
+    forward_args,
     helpers_for,
     jit_function,
     load,
@@ -66,8 +67,8 @@ def _why_not(scores: OpGraph, softmax: OpGraph, out: OpGraph, k: int) -> str | N
         return "stage 1 is not a batched GEMM of q with k"
     if out.pattern != "gemm" or go is None or not go.batched or go.bias or go.a_layout != "mk":
         return "stage 3 is not a batched GEMM of the probabilities with v"
-    if len(scores.outputs) != 1 or out.outputs != ["acc"] or out.ops:
-        return "stage 3 has an epilogue, or stage 1 more than one output"
+    if len(scores.outputs) != 1 or out.outputs != ["acc"] or out.ops or out.out_view:
+        return "stage 3 has an epilogue or a view of its output, or stage 1 more than one output"
     if scores.dtype != "float32" or softmax.dtype != "float32":
         return "the scores or probabilities are not fp32"
     tensors = {t.name: t for t in scores.tensors}
@@ -82,8 +83,11 @@ def _why_not(scores: OpGraph, softmax: OpGraph, out: OpGraph, k: int) -> str | N
         return "stage 2 is not a softmax"
     if go.a != mid1 or {t.name for t in out.tensors} != {mid1, go.b}:
         return "stage 3 does not multiply the probabilities by a tensor"
-    if go.b in (mid0,) or gs.a == mid0 or gs.b == mid0:
+    if mid0 in (gs.a, gs.b, go.b):
         return "an operand is an intermediate of the span"
+    operands = [tensors.get(gs.a), tensors.get(gs.b), next((t for t in out.tensors if t.name == go.b), None)]
+    if any(t is None or t.dtype != "float32" for t in operands):
+        return "q, k and v are not all fp32 tensors"
     if softmax.forward_args[: len(scores.forward_args)] != scores.forward_args:
         return "the stages' forward arguments differ"
     if out.forward_args[: len(scores.forward_args)] != scores.forward_args:
@@ -133,25 +137,16 @@ def build_fused(scores: OpGraph, softmax: OpGraph, out: OpGraph, k: int, precisi
     go = out.gemm
     assert go is not None and scores.gemm is not None
     v = next(t for t in out.tensors if t.name == go.b)
-    names = g.names
-    dots = ["native"] if g.native else DOT_CHOICES[precision]
-    if g.native or v.dtype != g.a.dtype:
-        raise CodegenError("the flash template takes fp32 q, k and v")
-    kernel = _kernel(g, names, guard)
+    kernel = _kernel(g, g.names, guard)
     fwd = _forward(g, scores, out, v)
-    tunables, defaults = knobs(scores, out, dots, precision)
+    tunables, defaults = knobs(scores, out, DOT_CHOICES[precision], precision)
     return Parts([kernel], fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"),
                  _drafts(tunables, defaults))  # fmt: skip
 
 
 def _dot(x: str, y: str, acc: str) -> list[str]:
-    """`acc += x @ y` in the DOT tunable's precision."""
-    return [
-        'if DOT == "native":',
-        f"    {acc} = tl.dot({x}, {y}, {acc})",
-        "else:",
-        f"    {acc} = tl.dot({x}, {y}, {acc}, input_precision=DOT)",
-    ]
+    """`acc += x @ y` in the DOT tunable's precision (fp32 operands: ieee, tf32 or tf32x3)."""
+    return [f"{acc} = tl.dot({x}, {y}, {acc}, input_precision=DOT)"]
 
 
 def _kernel(g: triton_gemm.Gemm, names: Names, guard: bool) -> str:
@@ -234,7 +229,7 @@ def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg) -
     names = g.names
     gs, go = scores.gemm, out.gemm
     assert gs is not None and go is not None
-    args = list(scores.forward_args) or [f"in{i}" for i in range(3)]
+    args = forward_args(scores)
     lq, lk = names.local(g.a.name), names.local(g.b.name)
     k_nk, v_kn = gs.b_layout == "nk", go.b_layout == "kn"
     lines = [
