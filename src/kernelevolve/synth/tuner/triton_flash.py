@@ -38,7 +38,6 @@ from kernelevolve.synth.tuner.ir import ELEMENTWISE_OPS, OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_common import (
     DOT_CHOICES,
     CodegenError,
-    Names,
     Parts,
     forward_args,
     helpers_for,
@@ -137,9 +136,9 @@ def build_fused(scores: OpGraph, softmax: OpGraph, out: OpGraph, k: int, precisi
     go = out.gemm
     assert go is not None and scores.gemm is not None
     v = next(t for t in out.tensors if t.name == go.b)
-    kernel = _kernel(g, g.names, guard)
+    kernel = _kernel(g, guard)
     fwd = _forward(g, scores, out, v)
-    tunables, defaults = knobs(scores, out, DOT_CHOICES[precision], precision)
+    tunables, defaults = knobs(scores, out, precision)
     return Parts([kernel], fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"),
                  _drafts(tunables, defaults))  # fmt: skip
 
@@ -149,7 +148,8 @@ def _dot(x: str, y: str, acc: str) -> list[str]:
     return [f"{acc} = tl.dot({x}, {y}, {acc}, input_precision=DOT)"]
 
 
-def _kernel(g: triton_gemm.Gemm, names: Names, guard: bool) -> str:
+def _kernel(g: triton_gemm.Gemm, guard: bool) -> str:
+    names = g.names
     q, kk = names.ptr(g.a.name), names.ptr(g.b.name)
     params = [q, kk, "vals_ptr", *(names.ptr(t.name) for t in g.epilogue), "out_ptr", "M", "N", "D", "DV", "H",
               "s_qz", "s_qh", "s_qm", "s_qd", "s_kz", "s_kh", "s_kn", "s_kd", "s_vz", "s_vh", "s_vn", "s_vd"]  # fmt: skip
@@ -267,10 +267,11 @@ def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg) -
 
 
 def knobs(
-    scores: OpGraph, out: OpGraph, dots: list[str], precision: str
+    scores: OpGraph, out: OpGraph, precision: str
 ) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
     """Query and key blocks, warps and stages, the dot's precision (the fast one by default). A head
     dim above 64 halves the key block: q, the accumulator and a block of scores share the registers."""
+    dots = DOT_CHOICES[precision]
     head = pow2_at_least(max([*scores.inner.values(), *out.cols.values()], default=64))
     tunables: dict[str, list[int | str]] = {
         "BLOCK_M": [16, 32, 64, 128],
