@@ -216,6 +216,23 @@ def test_allowed_idioms_pass() -> None:
     assert report.ok, [str(v) for v in report.violations]
 
 
+def test_a_view_through_torch_as_strided_is_glue() -> None:
+    """torch.as_strided makes a view (no copy, no compute; the runtime recorder counts it as one): the
+    tuner's wrappers take a permuted piece of a projection so. A compute call beside it is still
+    flagged."""
+    forward = """
+    xs = torch.as_strided(x, (x.shape[0] // 2,), (2,), x.storage_offset() + 1)
+    y = torch.empty_like(xs)
+    _lib.twice(xs.contiguous(), y, y.numel())
+    return {tail}
+    """
+    report = check(c_candidate(forward=forward.format(tail="y")))
+    assert report.ok, [str(v) for v in report.violations]
+    assert_flags(
+        c_candidate(forward=forward.format(tail="torch.exp(y)")), "torch-compute", needle="torch.exp("
+    )
+
+
 # -- syntax and module shape ----------------------------------------------------------------------
 
 

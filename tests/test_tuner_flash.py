@@ -11,6 +11,7 @@ and correct at two of them; a constant that is no power of a size still refused,
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import textwrap
@@ -27,7 +28,7 @@ from kernelevolve.synth.tuner.ir import GemmInfo, Op, OpGraph, TensorArg
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
 from kernelevolve.synth.tuner.triton_common import CodegenError, check_graph
-from tests.tuner_interp import interpret
+from tests.tuner_interp import interpret, interpret_script
 
 FLASH = "triton-flash+fused+fused"
 SMALL = {"s0_BLOCK_M": 16, "s0_BLOCK_N": 16, "s0_DOT": "ieee", "s0_num_warps": 2}
@@ -95,6 +96,9 @@ def test_the_flash_variant_is_offered_second_and_writes_one_kernel(tmp_path: Pat
     assert len(re.findall(r"^@triton\.jit", gen.source, re.M)) == 1
     assert "_s0_flash_kernel[" in gen.source and "_stage1" not in gen.source
     assert gen.config["s0_DOT"] == "tf32x3"  # strict fp32's fast dot, within its tolerance
+    at_tf32 = generate(graph, template=FLASH, precision="tf32").source  # TF32 operands rounded first
+    assert re.findall(r"^def (\w+)\(", at_tf32, re.M)[:2] == ["_s0_tf32_round", "_s0_flash_kernel"]
+    assert "_tf32_round" not in gen.source
     assert gen.drafts and all(d != gen.config for d in gen.drafts)
     report = check_source(gen.source, accepted_kinds={"triton"}, platform="cuda")
     assert report.ok, report.violations
@@ -336,3 +340,154 @@ def test_half_precision_attention_is_not_fused(tmp_path: Path) -> None:
     graph = _graph(path)
     assert [t.dtype for t in graph.stages[0].tensors[:2]] == ["bfloat16", "bfloat16"]
     assert variants(graph) and not any("triton-flash" in v for v in variants(graph)), variants(graph)
+
+
+# The nearest TF32 value of each fp32 in float64 arithmetic (torch.round is half to even), independent
+# of the kernel's bit arithmetic; and the flash kernel's TF32 products emulated with it.
+_TF32_CHECK = r"""
+import importlib.util, json, sys
+import torch
+import triton
+import triton.language as tl
+
+def nearest_tf32(x):
+    x = x.double()
+    exp = torch.frexp(x)[1].clamp(min=-125)  # |x| < 2**exp: 11 bits kept (fewer in a subnormal)
+    out = torch.ldexp(torch.round(torch.ldexp(x, 11 - exp)), exp - 11)
+    return torch.where(torch.isfinite(x), out, x)
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+mode, path = sys.argv[1], sys.argv[2]
+if mode == "round":
+    mod = load(path, "round_fn")
+    bits = torch.tensor(json.loads(sys.argv[3]), dtype=torch.int64).to(torch.int32)
+    x = bits.view(torch.float32)
+    y = torch.empty_like(x)
+    mod.apply[(1,)](x, y, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    want = nearest_tf32(x).float()
+    same = (y.view(torch.int32) == want.view(torch.int32)) | (torch.isnan(y) & torch.isnan(x))
+    print(json.dumps({"same": bool(same.all()), "bad": [hex(int(b) & 0xFFFFFFFF) for b in bits[~same]]}))
+else:
+    out = {}
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 16, 16) for _ in range(3))
+    s = nearest_tf32(q) @ nearest_tf32(k).transpose(-1, -2) * 0.25
+    p = torch.exp(s - s.amax(-1, keepdim=True))  # one block of keys: the kernel's p, unnormalized
+    want = (nearest_tf32(p.float()) @ nearest_tf32(v)) / p.sum(-1, keepdim=True)
+    exact = torch.softmax(q.double() @ k.double().transpose(-1, -2) * 0.25, -1) @ v.double()
+    out["exact"] = float((exact - want).norm() / want.norm())
+    for cand in sys.argv[3:]:
+        got = load(cand, cand.split("/")[-1][:-3]).ModelNew()(q, k, v).double()
+        out[cand.split("/")[-1][:-3]] = float((got - want).norm() / want.norm())
+    print(json.dumps(out))
+"""
+
+
+def test_tf32_rounding_is_to_the_nearest_value_ties_to_even(tmp_path: Path) -> None:
+    """`_tf32_round` against the nearest TF32 value computed in float64: below, at and above a tie
+    (an even and an odd last kept bit), negative values, the largest float (rounds to inf), a
+    subnormal, zero, inf and NaN. A truncating rounding (what the tensor cores do) fails it."""
+    from kernelevolve.synth.tuner.triton_flash import ROUND_FN
+
+    apply = (
+        "\n@triton.jit\ndef apply(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n"
+        "    r = tl.arange(0, BLOCK)\n"
+        "    tl.store(y_ptr + r, _tf32_round(tl.load(x_ptr + r, mask=r < n)), mask=r < n)\n"
+    )
+    one, minus = 0x3F800000, 0xBF800000
+    lows = [0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x3000, 0x2FFF, 0x0001]
+    values = [one | low for low in lows] + [minus | low for low in lows]
+    values += [0x7F7FFFFF, 0x00001234, 0x00003000, 0, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7FFFFFFF]
+    signed = [b - (1 << 32) if b >= 1 << 31 else b for b in values]
+    results = {}
+    for name, fn in (("round", ROUND_FN), ("truncate", ROUND_FN.replace("((i >> 13) & 1) + 0xFFF", "0"))):
+        path = tmp_path / f"{name}.py"
+        path.write_text("import triton\nimport triton.language as tl\n\n\n" + fn + apply)
+        results[name] = json.loads(interpret_script(_TF32_CHECK, "round", str(path), json.dumps(signed)))
+    assert results["round"] == {"same": True, "bad": []}, results
+    assert not results["truncate"]["same"] and "0x3f801fff" in results["truncate"]["bad"], results
+
+
+def test_the_flash_kernel_at_tf32_rounds_every_operand_of_both_products(tmp_path: Path) -> None:
+    """At TF32 the kernel's output is, to fp32 summation, the products of q, k, v and the
+    probabilities each rounded to the nearest TF32 value (emulated in float64); with any one of the
+    four left unrounded it is as far from that as TF32 is from exact (the interpreter's dot is exact
+    for rounded operands, so each missing rounding shows)."""
+    path = _spec(tmp_path, "tf32", MANUAL, s=16, d=16)
+    config = {"s0_BLOCK_M": 16, "s0_BLOCK_N": 16, "s0_num_warps": 2}
+    source = generate(_graph(path), template=FLASH, config=config, precision="tf32").source
+    assert "'s0_DOT': 'tf32'" in source  # the default at TF32
+    files = {"rounded": source}
+    for operand in ("a", "b", "vt", "pd"):
+        line = f"{operand} = _s0_tf32_round({operand})"
+        assert line in source, (line, source)
+        files[f"unrounded_{operand}"] = source.replace(line, f"{operand} = {operand}")
+    for name, text in files.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    paths = [str(tmp_path / f"{name}.py") for name in files]
+    err = json.loads(interpret_script(_TF32_CHECK, "flash", str(path), *paths))
+    assert err["exact"] > 1e-4, err  # the emulation is TF32's, not exact arithmetic
+    assert err["rounded"] < 1e-6, err
+    assert all(err[f"unrounded_{x}"] > 2e-5 for x in ("a", "b", "vt", "pd")), err
+
+
+@pytest.mark.gpu
+def test_the_flash_kernel_at_tf32_is_inside_the_tf32_tolerance_on_cuda(tmp_path: Path) -> None:
+    """Compiled on a GPU at the suites' `batch` attention (4 prompts x 16 heads x 512 x 64): with its
+    operands rounded the kernel passes the harness's TF32 tolerance against float64; the same kernel
+    left to the tensor cores' truncation does not (every TF32 variant failed so on an H200)."""
+    from kernelevolve.evaluate.correctness import compare, tolerance_for
+    from tests.tuner_interp import load_module
+
+    source = generate(_graph(SUITES / "llm" / "attention.py"), template=FLASH, precision="tf32").source
+    ref = load_module(SUITES / "llm" / "attention.py", "attention_ref").Model()
+    torch.manual_seed(1001)
+    q, k, v = (torch.randn(4, 16, 512, 64, device="cuda") for _ in range(3))
+    with torch.no_grad():
+        want = ref(q.double(), k.double(), v.double())
+    verdicts = {}
+    for name, text in (
+        ("rounded", source),
+        ("truncated", source.replace(' == "tf32":', ' == "-":')),
+    ):
+        (tmp_path / f"{name}.py").write_text(text)
+        got = load_module(tmp_path / f"{name}.py", f"flash_{name}").ModelNew()(q, k, v)
+        verdicts[name] = compare(got.double(), want, tolerance_for(torch.float32, "tf32"))
+    assert verdicts["rounded"].passed, verdicts["rounded"].message
+    assert verdicts["rounded"].rel_norm_err < 6e-4, verdicts["rounded"]
+    assert not verdicts["truncated"].passed, verdicts["truncated"]
+
+
+def test_masked_scores_take_3xtf32_and_v_is_copied_keys_contiguous(tmp_path: Path) -> None:
+    """At TF32 both products are TF32 where nothing masks the scores and 3xTF32 where a causal mask
+    does (a row that sees few keys has outputs of v's size: the module doc); v, given [.., keys, head
+    dim], is copied keys-contiguous by default (V_KMAJOR) and read in place without. Both are correct
+    under the interpreter."""
+    plain = _graph(_spec(tmp_path, "plain", MANUAL))
+    causal_path = _spec(
+        tmp_path, "causal", "return F.scaled_dot_product_attention(q, k, v, is_causal=True)", s=24
+    )
+    causal = _graph(causal_path)
+    dots = {}
+    for name, graph in (("plain", plain), ("causal", causal)):
+        config = generate(graph, template=FLASH, precision="tf32").config
+        dots[name] = (config["s0_DOT"], config["s0_DOT_PV"], config["s0_V_KMAJOR"])
+    assert dots == {"plain": ("tf32", "tf32", 1), "causal": ("tf32x3", "tf32x3", 1)}, dots
+    cases = {}
+    for copy in (0, 1):
+        source = generate(causal, template=FLASH, config={**SMALL, "s0_V_KMAJOR": copy}).source
+        cases[f"copy{copy}"] = (str(causal_path), source)
+        # the copy's strides left as the transposed tensor's: wrong wherever the copy is made
+        broken = source.replace(
+            "_v.transpose(-1, -2).contiguous().transpose(-1, -2)", "_v.transpose(-1, -2).contiguous()"
+        )
+        assert broken != source
+        cases[f"copy{copy}-unviewed"] = (str(causal_path), broken)
+    got = interpret(cases, tmp_path, tol=1e-5)
+    assert got.pop("copy1-unviewed") != "ok", got
+    assert got == dict.fromkeys(got, "ok"), got  # copy0-unviewed: without the knob nothing is copied

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kernelevolve.evaluate.guards import check_source
+
 _RUNNER = r"""
 import importlib.util, json, sys
 import torch
@@ -52,11 +54,17 @@ json.dump(results, open(sys.argv[2], "w"))
 def interpret(
     generated: dict[str, tuple[str, str]], tmp: Path, tol: float, nan_marker: str = ""
 ) -> dict[str, str]:
-    """Each case id -> "ok" or why not. `generated`: id -> (spec path, candidate source). Outputs
-    must match within `tol` (NaN where the reference has NaN), and the reference must produce a NaN
-    exactly in the cases whose id contains `nan_marker` (none without one)."""
+    """Each case id -> "ok" or why not. `generated`: id -> (spec path, candidate source). Every source
+    must pass the harness's static guard as a GPU candidate (what the harness refuses before running
+    it), outputs must match within `tol` (NaN where the reference has NaN), and the reference must
+    produce a NaN exactly in the cases whose id contains `nan_marker` (none without one)."""
     cases = []
+    refused: dict[str, str] = {}
     for i, (case, (spec, source)) in enumerate(generated.items()):
+        report = check_source(source, {"triton"}, platform="cuda")
+        if not report.ok:
+            refused[case] = f"guard: {report.syntax_error or '; '.join(str(v) for v in report.violations)}"
+            continue
         (tmp / f"cand_{i}.py").write_text(source)
         cases.append({"id": case, "spec": spec, "candidate": str(tmp / f"cand_{i}.py")})
     (tmp / "cases.json").write_text(json.dumps({"cases": cases, "tol": tol, "nan_marker": nan_marker}))
@@ -66,7 +74,7 @@ def interpret(
         env=env, capture_output=True, text=True, timeout=280,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return dict(json.loads((tmp / "results.json").read_text()))
+    return {**json.loads((tmp / "results.json").read_text()), **refused}
 
 
 def interpret_forced(generated: dict[str, tuple[str, str, str]], tmp: Path, tol: float) -> dict[str, str]:

@@ -81,7 +81,7 @@ ALLOWED_MODULES = (
 # the runtime op recorder catches those.
 TORCH_GLUE_CALLS = frozenset(
     {
-        "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like",
+        "empty", "empty_like", "empty_strided", "as_strided", "zeros", "zeros_like", "ones", "ones_like",
         "full", "full_like", "arange", "tensor", "as_tensor", "is_tensor", "is_floating_point",
         "numel", "device", "dtype", "Size", "finfo", "iinfo", "no_grad", "inference_mode",
         "enable_grad", "get_default_dtype", "result_type", "promote_types", "broadcast_shapes",

@@ -18,9 +18,24 @@ output (max, subtract, exp, sum, divide; optionally SDPA's guard); stage 2 a bat
 probabilities with V and nothing after it. Head dims are at most MAX_HEAD (q, k and the output's
 rows of one program sit in registers).
 
-Both products take the DOT tunable's precision (the precision's fast dot by default: 3xTF32 for
-strict fp32, TF32 where the spec allows it), the probabilities in fp32 as the pipeline's softmax
-stage writes them.
+The scores' product takes the DOT tunable's precision, the values' DOT_PV's (the precision's fast
+dot by default: 3xTF32 for strict fp32, TF32 where the spec allows it), the probabilities in fp32 as
+the pipeline's softmax stage writes them. At TF32 a product's operands (q and each block of k; the
+probabilities and each block of v) are first rounded to the nearest TF32 value (`_tf32_round`, ties
+to even as a TMA load rounds): the tensor cores truncate the fp32 bits they are given, and the
+truncation's bias, exponentiated by the softmax, put the suites' attention outside the TF32
+tolerance (rel. norm error 1.7e-3 on an H200, 1.6e-3 emulated on the CPU; rounded, 4.3e-4 emulated,
+about what cuBLAS's rounded TF32 gives). Masked scores take 3xTF32 in both products by default even
+so: a row that sees a few keys (a causal mask's first rows) has outputs of v's size whose TF32 error
+is above the tolerance's absolute part (0.5% of the output's rms) where they cancel to near 0.
+Emulated at the suites' causal `batch` shape, 71 of 200 draws had such an element with both products
+at TF32, 1 of 200 with the scores' at 3xTF32 (14 with the values' instead); on an H200 the scores'
+3xTF32 still failed 2 of 8.4M elements at the causal prefill's scaled inputs (whose sharper softmax
+makes more rows few-key ones).
+
+V_KMAJOR copies a v whose head dim is contiguous to one whose keys are (one pass over v, timed with
+the kernel): Hopper's TF32 products read their second operand K-contiguous (as the GEMM template's
+B_KMAJOR, `triton_gemm.b_copy_knob`).
 
 A causal mask (SDPA's `is_causal`: the IR's `causal` op, `aten_attention`) that makes the scores is
 exploited: the key blocks after a query block's last row are never loaded (half the work at long
@@ -136,24 +151,39 @@ def build_fused(scores: OpGraph, softmax: OpGraph, out: OpGraph, k: int, precisi
     go = out.gemm
     assert go is not None and scores.gemm is not None
     v = next(t for t in out.tensors if t.name == go.b)
-    kernel = _kernel(g, guard)
-    fwd = _forward(g, scores, out, v)
+    tf32 = "tf32" in DOT_CHOICES[precision]  # a dot may be TF32: its operands are rounded
+    kernel = _kernel(g, guard, tf32)
+    fwd = _forward(g, scores, out, v, precision)
     tunables, defaults = knobs(scores, out, precision)
-    return Parts([kernel], fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"),
+    return Parts([ROUND_FN, kernel] if tf32 else [kernel], fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"),
                  _drafts(tunables, defaults))  # fmt: skip
 
 
-def _dot(x: str, y: str, acc: str) -> list[str]:
-    """`acc += x @ y` in the DOT tunable's precision (fp32 operands: ieee, tf32 or tf32x3)."""
-    return [f"{acc} = tl.dot({x}, {y}, {acc}, input_precision=DOT)"]
+ROUND_FN = """@triton.jit
+def _tf32_round(x):
+    # fp32 to the nearest TF32 value (10 mantissa bits), ties to even; inf and NaN as they are
+    i = x.to(tl.int32, bitcast=True)
+    rounded = ((i + ((i >> 13) & 1) + 0xFFF) & -8192).to(tl.float32, bitcast=True)
+    return tl.where((i & 0x7F800000) == 0x7F800000, x, rounded)
+"""
 
 
-def _kernel(g: triton_gemm.Gemm, guard: bool) -> str:
+def _rounded(x: str, dot: str, tf32: bool) -> list[str]:
+    """`x` rounded to TF32 where the dot knob `dot` is TF32 (the module doc); nothing where it never is."""
+    return [f'if {dot} == "tf32":', f"    {x} = _tf32_round({x})"] if tf32 else []
+
+
+def _dot(x: str, y: str, acc: str, dot: str) -> list[str]:
+    """`acc += x @ y` in the precision of the dot knob `dot` (fp32 operands: ieee, tf32 or tf32x3)."""
+    return [f"{acc} = tl.dot({x}, {y}, {acc}, input_precision={dot})"]
+
+
+def _kernel(g: triton_gemm.Gemm, guard: bool, tf32: bool) -> str:
     names = g.names
     q, kk = names.ptr(g.a.name), names.ptr(g.b.name)
     params = [q, kk, "vals_ptr", *(names.ptr(t.name) for t in g.epilogue), "out_ptr", "M", "N", "D", "DV", "H",
               "s_qz", "s_qh", "s_qm", "s_qd", "s_kz", "s_kh", "s_kn", "s_kd", "s_vz", "s_vh", "s_vn", "s_vd"]  # fmt: skip
-    params += [f"{c}: tl.constexpr" for c in ("BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV", "DOT")]
+    params += [f"{c}: tl.constexpr" for c in ("BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV", "DOT", "DOT_PV")]
     offsets = {"full": "z * M * N + m2 * N + n2"}
     masks = {"full": "mask"}
     epilogue = [load(t, names, offsets, masks) for t in g.epilogue if t.layout == "full"]
@@ -174,6 +204,7 @@ def _kernel(g: triton_gemm.Gemm, guard: bool) -> str:
         "m2 = rm[:, None]",
         f"a = tl.load({q} + zb * s_qz + zh * s_qh + m2 * s_qm + rd[None, :] * s_qd, mask=(m2 < M) & (rd[None, :] < D), other=0.0)",
         "a = a.to(tl.float32)",
+        *_rounded("a", "DOT", tf32),
         *scalars,
         'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # the running row maximum of the scores',
         "l_i = tl.zeros([BLOCK_M], tl.float32)  # the running sum of exp(score - m_i)",
@@ -189,8 +220,9 @@ def _kernel(g: triton_gemm.Gemm, guard: bool) -> str:
         "    mask = (m2 < M) & (n2 < N)",
         f"    b = tl.load({kk} + zb * s_kz + zh * s_kh + rd[:, None] * s_kd + n2 * s_kn, mask=(rd[:, None] < D) & (n2 < N), other=0.0)",
         "    b = b.to(tl.float32)",
+        *("    " + line for line in _rounded("b", "DOT", tf32)),
         "    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)",
-        *("    " + line for line in _dot("a", "b", "acc")),
+        *("    " + line for line in _dot("a", "b", "acc", "DOT")),
         f"    {names.var('acc')} = acc",
         *("    " + line for line in epilogue + ops),
         f'    s = tl.where(n2 < N, {score}, float("-inf"))  # the keys past N count for nothing',
@@ -202,7 +234,10 @@ def _kernel(g: triton_gemm.Gemm, guard: bool) -> str:
         "    vt = tl.load(vals_ptr + zb * s_vz + zh * s_vh + rn[:, None] * s_vn + rdv[None, :] * s_vd,",
         "                 mask=(rn[:, None] < N) & (rdv[None, :] < DV), other=0.0).to(tl.float32)",
         "    o = o * alpha[:, None]",
-        *("    " + line for line in _dot("p", "vt", "o")),
+        *("    " + line for line in _rounded("vt", "DOT_PV", tf32)),
+        "    pd = p  # the probabilities as the product takes them (l_i sums them unrounded)",
+        *("    " + line for line in _rounded("pd", "DOT_PV", tf32)),
+        *("    " + line for line in _dot("pd", "vt", "o", "DOT_PV")),
         "    m_i = m_new",
         "o = o / l_i[:, None]",
     ]
@@ -221,7 +256,7 @@ def _causal(g: triton_gemm.Gemm) -> bool:
     return any(op.out == out and op.op == "causal" for op in g.ops)
 
 
-def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg) -> list[str]:
+def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg, precision: str) -> list[str]:
     """q, k and v as [outer batch, last batch dim, rows, dim] views (broadcast over the batch's dims
     where one is; a permuted view of a projection, [B, H, T, D] with T's stride the widest, is read
     in place, where a flat batch would copy it), the epilogue's tensors contiguous, the output, the
@@ -246,6 +281,15 @@ def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg) -
         f"_q = {lq}.expand(*_bs, *{lq}.shape[-2:]).reshape(-1, _h, _M, _D)",
         f"_k = {lk}.expand(*_bs, *{lk}.shape[-2:]).reshape(-1, _h, *{lk}.shape[-2:])",
         "_v = _v.expand(*_bs, *_v.shape[-2:]).reshape(-1, _h, *_v.shape[-2:])",
+        *(
+            [
+                'if CONFIG["V_KMAJOR"] and _v.stride(2) != 1:',
+                "    # TF32 tensor-core products take v with its keys contiguous: a copy",
+                "    _v = _v.transpose(-1, -2).contiguous().transpose(-1, -2)",
+            ]
+            if _v_copy(out, precision)
+            else []
+        ),
         "_batch = _q.shape[0] * _h",
         "_skn, _skd = " + ("_k.stride(2), _k.stride(3)" if k_nk else "_k.stride(3), _k.stride(2)"),
         "_svn, _svd = " + ("_v.stride(2), _v.stride(3)" if v_kn else "_v.stride(3), _v.stride(2)"),
@@ -258,7 +302,7 @@ def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg) -
         "    _q.stride(0), _q.stride(1), _q.stride(2), _q.stride(3), _k.stride(0), _k.stride(1), _skn, _skd,",
         "    _v.stride(0), _v.stride(1), _svn, _svd,",
         "    BLOCK_M=_bm, BLOCK_N=_bn, BLOCK_D=max(16, triton.next_power_of_2(_D)),",
-        '    BLOCK_DV=max(16, triton.next_power_of_2(_DV)), DOT=CONFIG["DOT"],',
+        '    BLOCK_DV=max(16, triton.next_power_of_2(_DV)), DOT=CONFIG["DOT"], DOT_PV=CONFIG["DOT_PV"],',
         '    num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],',
         ")",
         "return _out0",
@@ -269,8 +313,10 @@ def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg) -
 def knobs(
     scores: OpGraph, out: OpGraph, precision: str
 ) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
-    """Query and key blocks, warps and stages, the dot's precision (the fast one by default). A head
-    dim above 64 halves the key block: q, the accumulator and a block of scores share the registers."""
+    """Query and key blocks, warps and stages, each product's precision (the fast one by default, 3xTF32
+    for masked scores at TF32: the module doc), v copied keys-contiguous where a dot may be TF32. A
+    head dim above 64 halves the key block: q, the accumulator and a block of scores share the
+    registers."""
     dots = DOT_CHOICES[precision]
     head = pow2_at_least(max([*scores.inner.values(), *out.cols.values()], default=64))
     tunables: dict[str, list[int | str]] = {
@@ -279,24 +325,51 @@ def knobs(
         "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3],
         "DOT": list(dots),
+        "DOT_PV": list(dots),
     }
     fast = FAST_DOT.get(precision)
+    fast = fast if fast in dots else dots[0]
+    masked = any(op.op == "causal" for op in scores.ops) or any(
+        t.layout == "full"
+        for t in scores.tensors
+        if scores.gemm and t.name not in (scores.gemm.a, scores.gemm.b)
+    )
     defaults: dict[str, int | str] = {
         "BLOCK_M": 64,
         "BLOCK_N": 64 if head <= 64 else 32,
         "num_warps": 4 if head <= 64 else 8,
         "num_stages": 2,
-        "DOT": fast if fast in dots else dots[0],
+        "DOT": "tf32x3" if masked and fast == "tf32" and "tf32x3" in dots else fast,
+        "DOT_PV": "tf32x3" if masked and fast == "tf32" and "tf32x3" in dots else fast,
     }
+    if _v_copy(out, precision):
+        tunables["V_KMAJOR"] = [1, 0]
+        defaults["V_KMAJOR"] = 1
     return tunables, defaults
+
+
+def _v_copy(out: OpGraph, precision: str) -> bool:
+    """Whether the forward offers V_KMAJOR: v given with its head dim contiguous ([.., N, DV]) to a
+    product that may be TF32 (the module doc)."""
+    go = out.gemm
+    return (
+        go is not None and go.b_layout == "kn" and any(d.startswith("tf32") for d in DOT_CHOICES[precision])
+    )
 
 
 def _drafts(
     tunables: dict[str, list[int | str]], defaults: dict[str, int | str]
 ) -> list[dict[str, int | str]]:
-    """Taller query blocks (K and V read by fewer programs), then shorter ones (more programs)."""
+    """Taller query and key blocks in one stage (the suites' attention's best on an H200 at TF32, 1.03x
+    of torch.compile at its 2k prefill where the defaults took 0.42x), taller query blocks (K and V
+    read by fewer programs), then shorter ones (more programs)."""
     out = []
-    for preset in ({"BLOCK_M": 128, "num_warps": 8}, {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4}):
+    presets = (
+        {"BLOCK_M": 128, "BLOCK_N": 128, "num_stages": 1, "num_warps": 8},
+        {"BLOCK_M": 128, "num_warps": 8},
+        {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4},
+    )
+    for preset in presets:
         cfg = {**defaults, **preset}
         if all(v in tunables[key] for key, v in cfg.items()) and cfg != defaults and cfg not in out:
             out.append(cfg)
