@@ -2,7 +2,7 @@
 reference's own eager call (cuBLAS, strict fp32: no TF32) on one GPU.
 
     python benchmarks/gemm_layout_gpu.py KERNELBENCH/level1/1_*.py KERNELBENCH/level1/2_*.py ...
-        [--rounds 15] [--flip B_KMAJOR] [--flip PAD_K] [--out FILE.json]
+        [--rounds 15] [--flip B_KMAJOR] [--flip PAD_K] [--precision tf32 [--round-tf32]] [--out FILE.json]
 
 Not the harness's verdict (no sandbox, no second input distribution, no torch.compile baseline): a
 minutes-long look at what one knob does before a bench spends candidates on it. For each problem
@@ -14,6 +14,12 @@ on the problem's inputs and judged with the harness's `compare` at the strict fp
 timed in `--rounds` rounds interleaved with the reference (one call each per round, CUDA events, the
 L2 cache flushed before each call); the median ratio reference / variant is its speedup. Prints one
 line per variant and a table last; `--out` writes every row as JSON.
+
+`--precision tf32` generates and judges at the TF32 policy (the reference still without TF32: the
+error is against fp32); `--round-tf32` adds, for each variant whose dot is TF32, one that rounds both
+operands to the nearest TF32 value in registers before the dot and one that rounds a only (Triton's
+TF32 dot truncates them; `triton_flash._tf32_round` is the rounding), with each variant's relative
+norm error against the reference: what rounding costs and buys before the template takes it.
 """
 
 from __future__ import annotations
@@ -60,7 +66,35 @@ def variants(gen: Any, flips: list[str]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def run_problem(path: Path, rounds: int, tmp: Path, flips: list[str]) -> list[dict[str, Any]]:
+ROUNDINGS = {  # label -> the K loop's dot with its operands rounded (`--round-tf32`)
+    "rndAB": "acc = tl.dot(_tf32_round(a), _tf32_round(b), acc, input_precision=DOT)",
+    "rndA": "acc = tl.dot(_tf32_round(a), b, acc, input_precision=DOT)",
+}
+DOT_LINE = "acc = tl.dot(a, b, acc, input_precision=DOT)"
+
+
+def sources(graph: Any, config: dict[str, Any], precision: str, rounding: bool) -> list[tuple[str, str]]:
+    """(label suffix, source): the variant as generated and, with `rounding` and a TF32 dot, rounded."""
+    from kernelevolve.synth.tuner.triton_codegen import generate
+    from kernelevolve.synth.tuner.triton_flash import ROUND_FN
+
+    source = generate(graph, config=config, precision=precision, template="triton-gemm").source
+    out = [("", source)]
+    if rounding and config.get("DOT") == "tf32" and DOT_LINE in source:
+        out += [
+            (f"/{k}", source.replace(DOT_LINE, line) + "\n\n" + ROUND_FN) for k, line in ROUNDINGS.items()
+        ]
+    return out
+
+
+def run_problem(
+    path: Path,
+    rounds: int,
+    tmp: Path,
+    flips: list[str],
+    precision: str = "strict_fp32",
+    rounding: bool = False,
+) -> list[dict[str, Any]]:
     import torch
 
     from kernelevolve.evaluate.correctness import compare, tolerance_for
@@ -72,7 +106,7 @@ def run_problem(path: Path, rounds: int, tmp: Path, flips: list[str]) -> list[di
     graph, why = recognize(spec)
     if graph is None or graph.pattern != "gemm":
         return [{"problem": path.stem, "variant": "-", "status": f"not a recognized gemm: {why[:120]}"}]
-    base = generate(graph, template="triton-gemm")
+    base = generate(graph, template="triton-gemm", precision=precision)
     module = import_spec_module(spec.path)
     shape = spec.shapes[0]
     torch.manual_seed(0)
@@ -86,10 +120,11 @@ def run_problem(path: Path, rounds: int, tmp: Path, flips: list[str]) -> list[di
     flops = 2.0 * sum(graph.rows.values()) / len(graph.rows) * next(iter(graph.cols.values()))
     flops *= next(iter(graph.inner.values()), 0)
     rows = []
-    for label, config in variants(base, flips):
+    builds = [(label + suffix, config, source) for label, config in variants(base, flips)
+              for suffix, source in sources(graph, config, precision, rounding)]  # fmt: skip
+    for label, config, source in builds:
         row: dict[str, Any] = {"problem": path.stem, "variant": label, "config": config}
         try:
-            source = generate(graph, config=config, template="triton-gemm").source
             file = tmp / f"{path.stem}_{label.replace('/', '_')}.py"
             file.write_text(source)
             loader = importlib.util.spec_from_file_location(file.stem, file)
@@ -101,8 +136,9 @@ def run_problem(path: Path, rounds: int, tmp: Path, flips: list[str]) -> list[di
             with torch.no_grad():
                 got = new(*inputs)
                 torch.cuda.synchronize()
-                verdict = compare(got, want, tolerance_for(want.dtype, "strict_fp32"))
+                verdict = compare(got, want, tolerance_for(want.dtype, precision))
                 row["status"] = "correct" if verdict.passed else f"incorrect: {verdict.message[:120]}"
+                row["rel_norm_err"] = float(f"{verdict.rel_norm_err:.3g}")
                 ratios, ms = [], []
                 run_ref, run_new = functools.partial(ref, *inputs), functools.partial(new, *inputs)
                 for _ in range(2):  # warm both
@@ -136,6 +172,8 @@ def main() -> None:
     parser.add_argument(
         "--flip", action="append", choices=sorted(FLIPS), help="knob to flip (default B_KMAJOR)"
     )
+    parser.add_argument("--precision", choices=["strict_fp32", "tf32"], default="strict_fp32")
+    parser.add_argument("--round-tf32", action="store_true", help="add TF32 variants with rounded operands")
     args = parser.parse_args()
     flips = args.flip or ["B_KMAJOR"]
     import torch
@@ -148,16 +186,17 @@ def main() -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for path in args.problems:
-            rows += run_problem(path, args.rounds, Path(tmp), flips)
+            rows += run_problem(path, args.rounds, Path(tmp), flips, args.precision, args.round_tf32)
     print(
-        f"\n{'problem':<42} {'variant':<16} {'DOT':<7} {'B_KMAJOR':>8} {'PAD_K':>5} {'ms':>9} {'ref ms':>9} {'speedup':>8} {'TFLOP/s':>8}  status"
+        f"\n{'problem':<42} {'variant':<16} {'DOT':<7} {'B_KMAJOR':>8} {'PAD_K':>5} {'ms':>9} {'ref ms':>9} {'speedup':>8} {'TFLOP/s':>8} {'rel err':>8}  status"
     )
     for r in rows:
         c = r.get("config") or {}
         print(
             f"{r['problem'][:42]:<42} {r['variant']:<16} {c.get('DOT', '')!s:<7} {c.get('B_KMAJOR', '-')!s:>8} "
             f"{c.get('PAD_K', '-')!s:>5} "
-            f"{r.get('ms', ''):>9} {r.get('ref_ms', ''):>9} {r.get('speedup', ''):>8} {r.get('tflops', '')!s:>8}  {r['status'][:60]}"
+            f"{r.get('ms', ''):>9} {r.get('ref_ms', ''):>9} {r.get('speedup', ''):>8} {r.get('tflops', '')!s:>8} "
+            f"{r.get('rel_norm_err', '')!s:>8}  {r['status'][:60]}"
         )
     if args.out:
         doc = {

@@ -155,7 +155,8 @@ def build_fused(scores: OpGraph, softmax: OpGraph, out: OpGraph, k: int, precisi
     kernel = _kernel(g, guard, tf32)
     fwd = _forward(g, scores, out, v, precision)
     tunables, defaults = knobs(scores, out, precision)
-    return Parts([ROUND_FN, kernel] if tf32 else [kernel], fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"),
+    kernels = [ROUND_FN, kernel] if tf32 else [kernel]
+    return Parts(kernels, fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"),
                  _drafts(tunables, defaults))  # fmt: skip
 
 
@@ -313,10 +314,10 @@ def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg, p
 def knobs(
     scores: OpGraph, out: OpGraph, precision: str
 ) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
-    """Query and key blocks, warps and stages, each product's precision (the fast one by default, 3xTF32
-    for masked scores at TF32: the module doc), v copied keys-contiguous where a dot may be TF32. A
-    head dim above 64 halves the key block: q, the accumulator and a block of scores share the
-    registers."""
+    """Query and key blocks, warps and stages, each product's precision (the fast one by default; at
+    TF32, 3xTF32 for both where the scores are masked: the module doc), v copied keys-contiguous where
+    a dot may be TF32. A head dim above 64 halves the key block: q, the accumulator and a block of
+    scores share the registers."""
     dots = DOT_CHOICES[precision]
     head = pow2_at_least(max([*scores.inner.values(), *out.cols.values()], default=64))
     tunables: dict[str, list[int | str]] = {
