@@ -29,6 +29,8 @@ SMALL = {
     "triton-row": {"ROWS": 2, "num_warps": 1},
     "triton-row-looped": {"CHUNK": 512, "ROWS": 1, "num_warps": 1},
     "triton-elementwise": {"BLOCK": 256, "ITERS": 2, "num_warps": 1},
+    "triton-flash": {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2},
+    "fused": {},
 }  # fmt: skip
 CAUSAL_BUFFER = 'self.register_buffer("bias", torch.tril(torch.ones({n}, {n})).view(1, 1, {n}, {n}))'
 MANUAL = "att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))\n"
@@ -89,8 +91,8 @@ def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, OpG
 def interpreted(
     graphs: dict[str, tuple[str, OpGraph]], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:
-    """Every reference at every variant's defaults, its default variant at small tiles, and its first
-    draft (the scores' GEMM at 3xTF32)."""
+    """Every reference at every variant's defaults, its default variant (the flash kernel where it
+    applies) at small tiles, and its first draft (the scores' product at 3xTF32)."""
     generated = {}
     for name, (path, graph) in graphs.items():
         names = variants(graph)

@@ -1,8 +1,9 @@
 """Attention's three stages as one flash-attention kernel (`triton_flash`, issue K), and a constant
 made from a size where a spec's shapes differ (`shape_consts`).
 
-The flash variant is offered second in every attention pipeline (test_tuner_attention's references run
-it under the interpreter at every variant); here: what it fuses and refuses, its masking of the keys
+The flash variant is offered first in every attention pipeline, before the stage-by-stage one, and
+is the default template (test_tuner_attention's references run it under the interpreter at every
+variant); here: what it fuses and refuses, its masking of the keys
 past the sequence's end and SDPA's guard for a row that sees no key, each shown to matter by the
 generated file with that line taken out; the suites' attention, whose scale is 1/sqrt(head dim) at
 head dims of 64 and 128 and whose shapes include a batch of one, templated once for all its shapes
@@ -88,11 +89,12 @@ MASKED = (
 )
 
 
-def test_the_flash_variant_is_offered_second_and_writes_one_kernel(tmp_path: Path) -> None:
+def test_the_flash_variant_is_offered_first_and_writes_one_kernel(tmp_path: Path) -> None:
     graph = _graph(_spec(tmp_path, "manual", MANUAL))
     assert [s.pattern for s in graph.stages] == ["gemm", "row", "gemm"]
-    assert variants(graph)[1] == FLASH
-    gen = generate(graph, template=FLASH)
+    assert variants(graph)[:2] == [FLASH, "triton-gemm+triton-row+triton-gemm"]
+    gen = generate(graph)
+    assert gen.template == FLASH
     assert len(re.findall(r"^@triton\.jit", gen.source, re.M)) == 1
     assert "_s0_flash_kernel[" in gen.source and "_stage1" not in gen.source
     assert gen.config["s0_DOT"] == "tf32x3"  # strict fp32's fast dot, within its tolerance
@@ -141,7 +143,7 @@ def test_keys_past_the_end_and_a_row_that_sees_no_key(tmp_path: Path) -> None:
     sources = {}
     for path in (manual, dead, dead_sdpa):
         graph = _graph(path)
-        assert variants(graph)[1] == FLASH, (path.stem, variants(graph))
+        assert variants(graph)[0] == FLASH, (path.stem, variants(graph))
         sources[path.stem] = (str(path), generate(graph, template=FLASH, config=SMALL).source)
     pad = '    s = tl.where(n2 < N, v_v0, float("-inf"))'
     guard = '    o = tl.where(m_i[:, None] == float("-inf"), 0.0, o)\n'
@@ -170,7 +172,7 @@ def test_the_suites_attention_is_templated_once_for_its_shapes(tmp_path: Path) -
     assert [(t.source, t.layout) for t in made] == [("dim:0:3:0.5", "scalar")]
     assert [op.args for op in scores.ops] == [("acc", made[0].name)]
     assert set(scores.rows) == {"batch", "prefill", "long"}
-    assert variants(graph)[1] == FLASH
+    assert variants(graph)[0] == FLASH
     cases = {}
     for template in variants(graph)[:2]:
         source = generate(graph, template=template, config=SMALL if template == FLASH else None).source
@@ -225,7 +227,7 @@ def test_sdpas_causal_mask_is_the_causal_op_and_the_flash_kernel_skips_blocks_af
     and at the suites' attention_causal; the mask taken out, or the bound one block short, fails."""
     graph = _graph(SUITES / "llm" / "attention_causal.py")
     assert [op.op for op in graph.stages[0].ops] == ["mul", "causal"]
-    assert variants(graph)[1] == FLASH
+    assert variants(graph)[0] == FLASH
     square = _spec(tmp_path, "square", CAUSAL, s=40)
     wide = _spec(tmp_path, "wide", CAUSAL.replace("(q, k, v,", "(q[:, :, :24], k, v,"), s=40)
     cases = {}
@@ -321,7 +323,7 @@ def test_attention_behind_a_projection_reads_its_operands_as_views_the_wrapper_t
         sources = [t.source for s in graph.stages for t in s.tensors]
         assert sum(s.startswith("strided:") for s in sources) == 3, sources
         assert any(s.startswith("reshape:") for s in sources), sources
-        assert variants(graph)[1] == "triton-gemm+triton-flash+fused+fused+triton-gemm"
+        assert variants(graph)[0] == "triton-gemm+triton-flash+fused+fused+triton-gemm"
         for template in variants(graph):
             cases[f"{name}@{template}"] = (str(path), generate(graph, template=template).source)
     flash = cases["mingpt@triton-gemm+triton-flash+fused+fused+triton-gemm"][1]

@@ -19,7 +19,10 @@ stage and the mean cross-entropy of its output, the logits never stored (`triton
 `triton-gemm-ce+fused`); attention's scores GEMM, their softmax and the GEMM with V, the scores never
 stored (`triton_flash`, `triton-flash+fused+fused`). The span's function `_stage<k>` returns its last
 stage's output, and the stages after its first have no function of their own. The variant with
-every fusable span fused is the second, after the stage-by-stage one.
+every fusable span fused is the second, after the stage-by-stage one; the first where a span is
+attention (`FIRST`: on an H200 its stage-by-stage variants failed the TF32 tolerance or ran
+0.12-0.42x of torch.compile where the flash kernel ran 0.94-1.10x,
+`benchmarks/results/2026-11-28-h200-attention-flash.md`), so the search drafts it first.
 
 Not here: other fusions (the intermediate makes one round trip through memory), running stages
 concurrently.
@@ -43,6 +46,7 @@ FUSED = "fused"  # a stage's template name where a stage before it writes its ou
 # Spans of stages written as one: the fusion's name (the first stage's template) -> its module
 # (`NAME`, `SPAN` stages, `fusable(*stages, k)`, `build_fused(*stages, k, precision) -> Parts`).
 _FUSIONS = {m.NAME: m for m in (triton_gemm_row, triton_gemm_ce, triton_flash)}
+FIRST = {triton_flash.NAME}  # fusions whose variant is offered before the stage-by-stage one
 
 
 @dataclass(frozen=True)
@@ -69,13 +73,14 @@ def _stage_variants(graph: OpGraph, codegen: Codegen) -> list[list[str]]:
 
 def variants(graph: OpGraph, codegen: Codegen) -> list[str]:
     """The pipeline's templates: every stage's default, then the defaults with every span of stages
-    that fuses written as one (`_fused`), then each stage's others, one at a time."""
+    that fuses written as one (`_fused`; before the defaults where a span is a `FIRST` fusion), then
+    each stage's others, one at a time."""
     options = _stage_variants(graph, codegen)
     default = [names[0] for names in options]
     out = [SEPARATOR.join(default)]
     fused = _fused(graph, default)
     if fused != default:
-        out.append(SEPARATOR.join(fused))
+        out.insert(0 if FIRST & set(fused) else 1, SEPARATOR.join(fused))
     for k, names in enumerate(options):
         for other in names[1:]:
             out.append(SEPARATOR.join([*default[:k], other, *default[k + 1 :]]))
