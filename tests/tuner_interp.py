@@ -1,6 +1,7 @@
 """Running generated tuner candidates against their references under the Triton interpreter, for the
 template tests (`test_tuner_conv.py`, `test_tuner_pool.py`): one subprocess (TRITON_INTERPRET=1, no
-GPU) runs every case and writes "ok" or the failure per case id. `interpret_script` runs any script so.
+GPU) runs every case and writes "ok" or the failure per case id, after the harness's static guard
+has accepted each file (a template whose wrapper the guard refuses fails its own tests). `interpret_script` runs any script so.
 `on_cuda` runs a reference and a candidate compiled on a GPU, for the templates' `gpu` tests.
 `interpret_forced` runs cases that must take one path; `recognized` and `stage_config` build the
 template tests' fixtures; `load_module` imports a spec or candidate file."""
