@@ -18,8 +18,8 @@ line per variant and a table last; `--out` writes every row as JSON.
 `--precision tf32` generates and judges at the TF32 policy (the reference still without TF32: the
 error is against fp32); `--round-tf32` adds, for each variant whose dot is TF32, one that rounds both
 operands to the nearest TF32 value in registers before the dot and one that rounds a only (Triton's
-TF32 dot truncates them; `triton_flash._tf32_round` is the rounding), with each variant's relative
-norm error against the reference: what rounding costs and buys before the template takes it.
+TF32 dot truncates them; `triton_common.HELPERS["tf32_round"]` is the rounding), with each variant's
+relative norm error against the reference: what rounding costs and buys before the template takes it.
 """
 
 from __future__ import annotations
@@ -76,13 +76,14 @@ DOT_LINE = "acc = tl.dot(a, b, acc, input_precision=DOT)"
 def sources(graph: Any, config: dict[str, Any], precision: str, rounding: bool) -> list[tuple[str, str]]:
     """(label suffix, source): the variant as generated and, with `rounding` and a TF32 dot, rounded."""
     from kernelevolve.synth.tuner.triton_codegen import generate
-    from kernelevolve.synth.tuner.triton_flash import ROUND_FN
+    from kernelevolve.synth.tuner.triton_common import HELPERS
 
     source = generate(graph, config=config, precision=precision, template="triton-gemm").source
     out = [("", source)]
     if rounding and config.get("DOT") == "tf32" and DOT_LINE in source:
         out += [
-            (f"/{k}", source.replace(DOT_LINE, line) + "\n\n" + ROUND_FN) for k, line in ROUNDINGS.items()
+            (f"/{k}", source.replace(DOT_LINE, line) + "\n\n" + HELPERS["tf32_round"])
+            for k, line in ROUNDINGS.items()
         ]
     return out
 

@@ -99,7 +99,7 @@ def test_the_flash_variant_is_offered_first_and_writes_one_kernel(tmp_path: Path
     assert "_s0_flash_kernel[" in gen.source and "_stage1" not in gen.source
     assert gen.config["s0_DOT"] == "tf32x3"  # strict fp32's fast dot, within its tolerance
     at_tf32 = generate(graph, template=FLASH, precision="tf32").source  # TF32 operands rounded first
-    assert re.findall(r"^def (\w+)\(", at_tf32, re.M)[:2] == ["_s0_tf32_round", "_s0_flash_kernel"]
+    assert re.findall(r"^def (\w+)\(", at_tf32, re.M)[:2] == ["_tf32_round", "_s0_flash_kernel"]
     assert "_tf32_round" not in gen.source
     assert gen.drafts and all(d != gen.config for d in gen.drafts)
     report = check_source(gen.source, accepted_kinds={"triton"}, platform="cuda")
@@ -394,7 +394,9 @@ def test_tf32_rounding_is_to_the_nearest_value_ties_to_even(tmp_path: Path) -> N
     """`_tf32_round` against the nearest TF32 value computed in float64: below, at and above a tie
     (an even and an odd last kept bit), negative values, the largest float (rounds to inf), a
     subnormal, zero, inf and NaN. A truncating rounding (what the tensor cores do) fails it."""
-    from kernelevolve.synth.tuner.triton_flash import ROUND_FN
+    from kernelevolve.synth.tuner.triton_common import HELPERS
+
+    round_fn = HELPERS["tf32_round"]
 
     apply = (
         "\n@triton.jit\ndef apply(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n"
@@ -407,7 +409,7 @@ def test_tf32_rounding_is_to_the_nearest_value_ties_to_even(tmp_path: Path) -> N
     values += [0x7F7FFFFF, 0x00001234, 0x00003000, 0, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7FFFFFFF]
     signed = [b - (1 << 32) if b >= 1 << 31 else b for b in values]
     results = {}
-    for name, fn in (("round", ROUND_FN), ("truncate", ROUND_FN.replace("((i >> 13) & 1) + 0xFFF", "0"))):
+    for name, fn in (("round", round_fn), ("truncate", round_fn.replace("((i >> 13) & 1) + 0xFFF", "0"))):
         path = tmp_path / f"{name}.py"
         path.write_text("import triton\nimport triton.language as tl\n\n\n" + fn + apply)
         results[name] = json.loads(interpret_script(_TF32_CHECK, "round", str(path), json.dumps(signed)))
@@ -426,7 +428,7 @@ def test_the_flash_kernel_at_tf32_rounds_every_operand_of_both_products(tmp_path
     assert "'s0_DOT': 'tf32'" in source  # the default at TF32
     files = {"rounded": source}
     for operand in ("a", "b", "vt", "pd"):
-        line = f"{operand} = _s0_tf32_round({operand})"
+        line = f"{operand} = _tf32_round({operand})"
         assert line in source, (line, source)
         files[f"unrounded_{operand}"] = source.replace(line, f"{operand} = {operand}")
     for name, text in files.items():

@@ -71,6 +71,14 @@ def _tanh(x):
     series = x * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 + x2 * -0.05396825396825397)))
     return tl.where(ax < 0.2, series, tl.where(x < 0.0, -t, t))
 """,
+    # fp32 to the nearest TF32 value before a TF32 tl.dot, which truncates (`triton_flash`'s doc)
+    "tf32_round": """@triton.jit
+def _tf32_round(x):
+    # fp32 to the nearest TF32 value (10 mantissa bits), ties to even; inf and NaN as they are
+    i = x.to(tl.int32, bitcast=True)
+    rounded = ((i + ((i >> 13) & 1) + 0xFFF) & -8192).to(tl.float32, bitcast=True)
+    return tl.where((i & 0x7F800000) == 0x7F800000, x, rounded)
+""",
     "sm_count": """@functools.lru_cache(maxsize=None)
 def _sm_count(index):
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -436,15 +444,6 @@ def pick(choices: list[int], target: int) -> int:
 
 
 __all__ = [
-    "HELPERS",
-    "HELPER_IMPORTS",
-    "CodegenError",
-    "Names",
-    "Parts",
-    "check_graph",
-    "load",
-    "needed",
-    "op_expr",
-    "prologue",
-    "store",
-]
+    "HELPERS", "HELPER_IMPORTS", "CodegenError", "Names", "Parts", "check_graph", "load", "needed", "op_expr",
+    "prologue", "store",
+]  # fmt: skip

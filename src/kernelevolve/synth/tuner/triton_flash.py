@@ -153,24 +153,17 @@ def build_fused(scores: OpGraph, softmax: OpGraph, out: OpGraph, k: int, precisi
     v = next(t for t in out.tensors if t.name == go.b)
     tf32 = "tf32" in DOT_CHOICES[precision]  # a dot may be TF32: its operands are rounded
     kernel = _kernel(g, guard, tf32)
-    fwd = _forward(g, scores, out, v, precision)
-    tunables, defaults = knobs(scores, out, precision)
-    kernels = [ROUND_FN, kernel] if tf32 else [kernel]
-    return Parts(kernels, fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"),
+    v_copy = triton_gemm.b_copy_knob(out, DOT_CHOICES[precision], native=False)
+    fwd = _forward(g, scores, out, v, v_copy)
+    tunables, defaults = knobs(scores, out, precision, _masked(g), v_copy)
+    helpers = helpers_for(g.ops) | ({"tf32_round"} if tf32 else set())
+    return Parts([kernel], fwd, tunables, defaults, helpers, ("BLOCK_M", "BLOCK_N"),
                  _drafts(tunables, defaults))  # fmt: skip
 
 
-ROUND_FN = """@triton.jit
-def _tf32_round(x):
-    # fp32 to the nearest TF32 value (10 mantissa bits), ties to even; inf and NaN as they are
-    i = x.to(tl.int32, bitcast=True)
-    rounded = ((i + ((i >> 13) & 1) + 0xFFF) & -8192).to(tl.float32, bitcast=True)
-    return tl.where((i & 0x7F800000) == 0x7F800000, x, rounded)
-"""
-
-
 def _rounded(x: str, dot: str, tf32: bool) -> list[str]:
-    """`x` rounded to TF32 where the dot knob `dot` is TF32 (the module doc); nothing where it never is."""
+    """`x` rounded to TF32 (`triton_common.HELPERS["tf32_round"]`) where the dot knob `dot` is TF32 (the
+    module doc); nothing where it never is."""
     return [f'if {dot} == "tf32":', f"    {x} = _tf32_round({x})"] if tf32 else []
 
 
@@ -250,6 +243,12 @@ def _kernel(g: triton_gemm.Gemm, guard: bool, tf32: bool) -> str:
     return jit_function("_flash_kernel", params, body)
 
 
+def _masked(g: triton_gemm.Gemm) -> bool:
+    """Whether anything masks the scores: a causal op or a mask read per tile (the module doc: such
+    attention takes 3xTF32 by default at TF32)."""
+    return any(op.op == "causal" for op in g.ops) or any(t.layout == "full" for t in g.epilogue)
+
+
 def _causal(g: triton_gemm.Gemm) -> bool:
     """Whether the scores are causally masked last (`causal` the op that makes stage 0's output): every
     key after a block's last query is -inf for the whole block, and its blocks are skipped."""
@@ -257,7 +256,7 @@ def _causal(g: triton_gemm.Gemm) -> bool:
     return any(op.out == out and op.op == "causal" for op in g.ops)
 
 
-def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg, precision: str) -> list[str]:
+def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg, v_copy: bool) -> list[str]:
     """q, k and v as [outer batch, last batch dim, rows, dim] views (broadcast over the batch's dims
     where one is; a permuted view of a projection, [B, H, T, D] with T's stride the widest, is read
     in place, where a flat batch would copy it), the epilogue's tensors contiguous, the output, the
@@ -288,7 +287,7 @@ def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg, p
                 "    # TF32 tensor-core products take v with its keys contiguous: a copy",
                 "    _v = _v.transpose(-1, -2).contiguous().transpose(-1, -2)",
             ]
-            if _v_copy(out, precision)
+            if v_copy
             else []
         ),
         "_batch = _q.shape[0] * _h",
@@ -312,12 +311,12 @@ def _forward(g: triton_gemm.Gemm, scores: OpGraph, out: OpGraph, v: TensorArg, p
 
 
 def knobs(
-    scores: OpGraph, out: OpGraph, precision: str
+    scores: OpGraph, out: OpGraph, precision: str, masked: bool, v_copy: bool
 ) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
     """Query and key blocks, warps and stages, each product's precision (the fast one by default; at
     TF32, 3xTF32 for both where the scores are masked: the module doc), v copied keys-contiguous where
-    a dot may be TF32. A head dim above 64 halves the key block: q, the accumulator and a block of
-    scores share the registers."""
+    a dot may be TF32 (`v_copy`: `triton_gemm.b_copy_knob` of the values' product). A head dim above 64
+    halves the key block: q, the accumulator and a block of scores share the registers."""
     dots = DOT_CHOICES[precision]
     head = pow2_at_least(max([*scores.inner.values(), *out.cols.values()], default=64))
     tunables: dict[str, list[int | str]] = {
@@ -330,39 +329,27 @@ def knobs(
     }
     fast = FAST_DOT.get(precision)
     fast = fast if fast in dots else dots[0]
-    masked = any(op.op == "causal" for op in scores.ops) or any(
-        t.layout == "full"
-        for t in scores.tensors
-        if scores.gemm and t.name not in (scores.gemm.a, scores.gemm.b)
-    )
+    dot = "tf32x3" if masked and fast == "tf32" and "tf32x3" in dots else fast
     defaults: dict[str, int | str] = {
         "BLOCK_M": 64,
         "BLOCK_N": 64 if head <= 64 else 32,
         "num_warps": 4 if head <= 64 else 8,
         "num_stages": 2,
-        "DOT": "tf32x3" if masked and fast == "tf32" and "tf32x3" in dots else fast,
-        "DOT_PV": "tf32x3" if masked and fast == "tf32" and "tf32x3" in dots else fast,
+        "DOT": dot,
+        "DOT_PV": dot,
     }
-    if _v_copy(out, precision):
+    if v_copy:
         tunables["V_KMAJOR"] = [1, 0]
         defaults["V_KMAJOR"] = 1
     return tunables, defaults
 
 
-def _v_copy(out: OpGraph, precision: str) -> bool:
-    """Whether the forward offers V_KMAJOR: v given with its head dim contiguous ([.., N, DV]) to a
-    product that may be TF32 (the module doc)."""
-    go = out.gemm
-    return (
-        go is not None and go.b_layout == "kn" and any(d.startswith("tf32") for d in DOT_CHOICES[precision])
-    )
-
-
 def _drafts(
     tunables: dict[str, list[int | str]], defaults: dict[str, int | str]
 ) -> list[dict[str, int | str]]:
-    """Taller query and key blocks in one stage (the suites' attention's best on an H200 at TF32, 1.03x
-    of torch.compile at its 2k prefill where the defaults took 0.42x), taller query blocks (K and V
+    """Taller query and key blocks in one stage (the suites' attention's best on an H200 with both
+    products at TF32 and v as given, 1.03x of torch.compile at its 2k prefill where the defaults took
+    0.42x), taller query blocks (K and V
     read by fewer programs), then shorter ones (more programs)."""
     out = []
     presets = (
