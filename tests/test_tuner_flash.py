@@ -468,8 +468,8 @@ def test_the_flash_kernel_at_tf32_is_inside_the_tf32_tolerance_on_cuda(tmp_path:
 
 
 def test_masked_scores_take_3xtf32_and_v_is_copied_keys_contiguous(tmp_path: Path) -> None:
-    """At TF32 both products are TF32 where nothing masks the scores and 3xTF32 where a causal mask
-    does (a row that sees few keys has outputs of v's size: the module doc); v, given [.., keys, head
+    """At TF32 both products are TF32 where nothing masks the scores and 3xTF32 where a causal mask or
+    a mask buffer does (a row that sees few keys has outputs of v's size: the module doc); v, given [.., keys, head
     dim], is copied keys-contiguous by default (V_KMAJOR) and read in place without. Both are correct
     under the interpreter."""
     plain = _graph(_spec(tmp_path, "plain", MANUAL))
@@ -477,11 +477,15 @@ def test_masked_scores_take_3xtf32_and_v_is_copied_keys_contiguous(tmp_path: Pat
         tmp_path, "causal", "return F.scaled_dot_product_attention(q, k, v, is_causal=True)", s=24
     )
     causal = _graph(causal_path)
+    buffer = _graph(
+        _spec(tmp_path, "buffer", MASKED + "return torch.softmax(att, dim=-1) @ v", init=DEAD_ROW)
+    )
     dots = {}
-    for name, graph in (("plain", plain), ("causal", causal)):
+    for name, graph in (("plain", plain), ("causal", causal), ("buffer", buffer)):
         config = generate(graph, template=FLASH, precision="tf32").config
         dots[name] = (config["s0_DOT"], config["s0_DOT_PV"], config["s0_V_KMAJOR"])
-    assert dots == {"plain": ("tf32", "tf32", 1), "causal": ("tf32x3", "tf32x3", 1)}, dots
+    masked = ("tf32x3", "tf32x3", 1)
+    assert dots == {"plain": ("tf32", "tf32", 1), "causal": masked, "buffer": masked}, dots
     cases = {}
     for copy in (0, 1):
         source = generate(causal, template=FLASH, config={**SMALL, "s0_V_KMAJOR": copy}).source
