@@ -168,6 +168,50 @@ def test_host_launch_overhead_is_not_timed_as_device_time() -> None:
     assert unheld > 100e-6, (held, unheld)
 
 
+def test_a_checked_calls_output_copy_is_not_its_tail_but_side_stream_work_is() -> None:
+    """The snapshot of a checked call's outputs (a copy, and its allocation) is not time the device
+    spent after the call: a 512 MiB output's copy made an honest call's tail several hundred us (a
+    GEMM with a 64 MiB output was flagged `side-stream` at 284 us against the baselines' 30 us).
+    Work left running on a side stream still shows in the tail, snapshot or not."""
+    import statistics
+
+    import torch
+
+    from kernelevolve.platforms.timers import CudaTimer
+
+    device = torch.device("cuda", 0)
+    timer = get_platform("cuda").make_timer(device)
+    assert isinstance(timer, CudaTimer)
+    x = torch.randn(1 << 27, device=device)  # 512 MiB
+    side = torch.cuda.Stream(device)
+    y = torch.empty_like(x)
+
+    def honest() -> list[torch.Tensor]:
+        return [torch.mul(x, 2.0)]  # a new 512 MiB output each call
+
+    def cheat() -> list[torch.Tensor]:
+        out = torch.empty_like(x)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(4):
+                torch.mul(x, 2.0, out=y)
+            out.copy_(y)
+        return [out]
+
+    def median_tail(fn: object, snapshot: bool) -> float:
+        tails = []
+        for _ in range(12):
+            timer.flush()
+            tails.append(timer.time_call(fn, snapshot=snapshot)[1])  # type: ignore[arg-type]
+        return statistics.median(tails[2:])
+
+    torch.cuda.empty_cache()  # a fresh allocation for the first copies
+    honest_tail = median_tail(honest, True)
+    cheat_tails = (median_tail(cheat, True), median_tail(cheat, False))
+    assert honest_tail < 60e-6, honest_tail
+    assert min(cheat_tails) > 300e-6, cheat_tails  # four passes over 512 MiB on the side stream
+
+
 def test_the_flush_grows_only_into_a_quarter_of_the_workers_room() -> None:
     """Under a worker's memory cap with 1 GiB left, a slow host asks for a 2 GiB flush: the buffer
     grows by at most a quarter of the room, and the calls still get the rest (level 1's 17_ ran out of

@@ -234,6 +234,44 @@ def test_a_failed_parent_steps_back_towards_its_parent(spec: Spec, template: str
         assert p.note.startswith("step back")
 
 
+DOTS = ["tf32", "tf32ra", "tf32r", "tf32x3", "ieee"]  # the GEMM templates' DOT choices at TF32
+
+
+def test_an_incorrect_parent_gets_a_more_precise_product_first(spec: Spec) -> None:
+    """A candidate that ran but failed the tolerance is tried again with its precision knobs one step
+    more precise (each alone, then together), before any step back; a choice list that starts at its
+    default (strict fp32: IEEE, then 3xTF32) is ordered by precision, not by position. A crash or a
+    parent with nothing more precise left steps back as before."""
+    src = SEED.replace(
+        'TUNABLES = {"a": [1, 2], "b": ["x", "y"]}',
+        f'TUNABLES = {{"a": [1, 2], "DOT": {DOTS}, "DOT_PV": {DOTS}}}',
+    )
+    src = src.replace('CONFIG = {"a": 1, "b": "x"}', 'CONFIG = {"a": 1, "DOT": "tf32", "DOT_PV": "tf32r"}')
+    _, default = declared(src)
+    bad = node(2, src, default, fitness=0.0, status="incorrect")
+    seen, tried = [], {candidate_hash(bad.source or "")}
+    for _ in range(3):
+        p = fresh_tuner(spec).propose(task(spec, "inherit", [bad], tried=tried), NoTools())
+        assert p.note.startswith("more precise"), p.note
+        seen.append({k: v for k, v in config_of(p).items() if k != "a"})
+        tried.add(candidate_hash(p.source or ""))
+    assert seen == [
+        {"DOT": "tf32ra", "DOT_PV": "tf32r"},
+        {"DOT": "tf32", "DOT_PV": "tf32x3"},
+        {"DOT": "tf32ra", "DOT_PV": "tf32x3"},
+    ], seen
+    p = fresh_tuner(spec).propose(task(spec, "inherit", [bad], tried=tried), NoTools())
+    assert not p.note.startswith("more precise"), p.note  # nothing more precise left untried
+    crashed = node(3, src, default, fitness=0.0, status="runtime_error")
+    p = fresh_tuner(spec).propose(task(spec, "inherit", [crashed]), NoTools())
+    assert not p.note.startswith("more precise"), p.note
+    strict = src.replace(f'"DOT": {DOTS}, "DOT_PV": {DOTS}', '"DOT": ["ieee", "tf32x3"], "DOT_PV": ["ieee"]')
+    strict = strict.replace('"DOT": "tf32", "DOT_PV": "tf32r"', '"DOT": "tf32x3", "DOT_PV": "ieee"')
+    bad = node(4, strict, declared(strict)[1], fitness=0.0, status="incorrect")
+    p = fresh_tuner(spec).propose(task(spec, "inherit", [bad]), NoTools())
+    assert config_of(p)["DOT"] == "ieee" and p.note.startswith("more precise"), p.note
+
+
 def test_fresh_draws_a_random_config_and_a_parent_without_tunables_gets_the_template(
     spec: Spec, template: str
 ) -> None:

@@ -29,7 +29,7 @@ from kernelevolve.synth.tuner.ir import GemmInfo, Op, OpGraph, TensorArg
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
 from kernelevolve.synth.tuner.triton_common import CodegenError, check_graph
-from tests.tuner_interp import interpret, interpret_script
+from tests.tuner_interp import NEAREST_TF32, interpret, interpret_script
 
 FLASH = "triton-flash+fused+fused"
 SMALL = {"s0_BLOCK_M": 16, "s0_BLOCK_N": 16, "s0_DOT": "ieee", "s0_num_warps": 2}
@@ -344,19 +344,14 @@ def test_half_precision_attention_is_not_fused(tmp_path: Path) -> None:
     assert variants(graph) and not any("triton-flash" in v for v in variants(graph)), variants(graph)
 
 
-# The nearest TF32 value of each fp32 in float64 arithmetic (torch.round is half to even), independent
-# of the kernel's bit arithmetic; and the flash kernel's TF32 products emulated with it.
-_TF32_CHECK = r"""
+# `_tf32_round` against the nearest TF32 value (NEAREST_TF32), and the flash kernel's TF32 products
+# emulated with it.
+_TF32_CHECK = (
+    NEAREST_TF32
+    + r"""
 import importlib.util, json, sys
-import torch
 import triton
 import triton.language as tl
-
-def nearest_tf32(x):
-    x = x.double()
-    exp = torch.frexp(x)[1].clamp(min=-125)  # |x| < 2**exp: 11 bits kept (fewer in a subnormal)
-    out = torch.ldexp(torch.round(torch.ldexp(x, 11 - exp)), exp - 11)
-    return torch.where(torch.isfinite(x), out, x)
 
 def load(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -388,6 +383,7 @@ else:
         out[cand.split("/")[-1][:-3]] = float((got - want).norm() / want.norm())
     print(json.dumps(out))
 """
+)
 
 
 def test_tf32_rounding_is_to_the_nearest_value_ties_to_even(tmp_path: Path) -> None:
@@ -425,7 +421,7 @@ def test_the_flash_kernel_at_tf32_rounds_every_operand_of_both_products(tmp_path
     path = _spec(tmp_path, "tf32", MANUAL, s=16, d=16)
     config = {"s0_BLOCK_M": 16, "s0_BLOCK_N": 16, "s0_num_warps": 2}
     source = generate(_graph(path), template=FLASH, config=config, precision="tf32").source
-    assert "'s0_DOT': 'tf32'" in source  # the default at TF32
+    assert "'s0_DOT': 'tf32r'" in source  # the default at TF32: rounded
     files = {"rounded": source}
     for operand in ("a", "b", "vt", "pd"):
         line = f"{operand} = _tf32_round({operand})"
@@ -444,11 +440,14 @@ def test_the_flash_kernel_at_tf32_rounds_every_operand_of_both_products(tmp_path
 def test_the_flash_kernel_at_tf32_is_inside_the_tf32_tolerance_on_cuda(tmp_path: Path) -> None:
     """Compiled on a GPU at the suites' `batch` attention (4 prompts x 16 heads x 512 x 64): with its
     operands rounded the kernel passes the harness's TF32 tolerance against float64; the same kernel
-    left to the tensor cores' truncation does not (every TF32 variant failed so on an H200)."""
+    left to the tensor cores' truncation (Triton's plain "tf32") does not (every TF32 variant failed
+    so on an H200)."""
     from kernelevolve.evaluate.correctness import compare, tolerance_for
     from tests.tuner_interp import load_module
 
-    source = generate(_graph(SUITES / "llm" / "attention.py"), template=FLASH, precision="tf32").source
+    graph = _graph(SUITES / "llm" / "attention.py")
+    source = generate(graph, template=FLASH, precision="tf32").source
+    plain = generate(graph, template=FLASH, precision="tf32", config={"s0_DOT": "tf32", "s0_DOT_PV": "tf32"})
     ref = load_module(SUITES / "llm" / "attention.py", "attention_ref").Model()
     torch.manual_seed(1001)
     q, k, v = (torch.randn(4, 16, 512, 64, device="cuda") for _ in range(3))
@@ -457,7 +456,7 @@ def test_the_flash_kernel_at_tf32_is_inside_the_tf32_tolerance_on_cuda(tmp_path:
     verdicts = {}
     for name, text in (
         ("rounded", source),
-        ("truncated", source.replace(' == "tf32":', ' == "-":')),
+        ("truncated", plain.source),
     ):
         (tmp_path / f"{name}.py").write_text(text)
         got = load_module(tmp_path / f"{name}.py", f"flash_{name}").ModelNew()(q, k, v)
@@ -468,7 +467,7 @@ def test_the_flash_kernel_at_tf32_is_inside_the_tf32_tolerance_on_cuda(tmp_path:
 
 
 def test_masked_scores_take_3xtf32_and_v_is_copied_keys_contiguous(tmp_path: Path) -> None:
-    """At TF32 both products are TF32 where nothing masks the scores and 3xTF32 where a causal mask or
+    """At TF32 both products are rounded TF32 where nothing masks the scores and 3xTF32 where a causal mask or
     a mask buffer does (a row that sees few keys has outputs of v's size: the module doc); v, given [.., keys, head
     dim], is copied keys-contiguous by default (V_KMAJOR) and read in place without. Both are correct
     under the interpreter."""
@@ -485,7 +484,7 @@ def test_masked_scores_take_3xtf32_and_v_is_copied_keys_contiguous(tmp_path: Pat
         config = generate(graph, template=FLASH, precision="tf32").config
         dots[name] = (config["s0_DOT"], config["s0_DOT_PV"], config["s0_V_KMAJOR"])
     masked = ("tf32x3", "tf32x3", 1)
-    assert dots == {"plain": ("tf32", "tf32", 1), "causal": masked, "buffer": masked}, dots
+    assert dots == {"plain": ("tf32r", "tf32r", 1), "causal": masked, "buffer": masked}, dots
     cases = {}
     for copy in (0, 1):
         source = generate(causal, template=FLASH, config={**SMALL, "s0_V_KMAJOR": copy}).source

@@ -26,6 +26,7 @@ from kernelevolve.evaluate.guards import check_source
 from kernelevolve.synth.tuner.ir import GemmInfo, Op, OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_codegen import CodegenError, generate, variants
 from kernelevolve.tunables import TunablesError
+from tests.tuner_interp import NEAREST_TF32, interpret_script
 
 SPECS = Path(__file__).parent / "specs"
 
@@ -683,7 +684,6 @@ def test_a_long_k_loop_sums_in_two_levels(tmp_path: Path) -> None:
     from kernelevolve.spec import load_spec
     from kernelevolve.synth.tuner.trace import recognize
     from kernelevolve.synth.tuner.triton_gemm import FOLD_ABOVE
-    from tests.tuner_interp import interpret_script
 
     (tmp_path / "matvec.py").write_text(_MATVEC)
     graph, why = recognize(load_spec(tmp_path / "matvec.py"))
@@ -716,3 +716,98 @@ def test_a_matvec_of_k_2_to_the_20_on_cuda_against_float64(tmp_path: Path) -> No
     a, b = torch.rand(256, 2**20, device="cuda"), torch.rand(2**20, 1, device="cuda")
     got, want = mod.ModelNew()(a, b).double(), a.double() @ b.double()
     assert float((got - want).norm() / want.norm()) < 1e-5
+
+
+# Each rounded TF32 dot (`triton_common.ROUNDED_DOTS`) against the product of its operands rounded in
+# float64: the interpreter's dot is exact in fp32, so each rounding the kernel makes shows.
+_ROUNDED_DOTS = (
+    NEAREST_TF32
+    + r"""
+import importlib.util, json, sys
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+a, b = load(sys.argv[1], "spec").get_inputs()
+emulated = {"tf32": a.double() @ b.double(), "tf32ra": nearest_tf32(a) @ b.double(),
+            "tf32r": nearest_tf32(a) @ nearest_tf32(b)}
+out = {}
+for path in sys.argv[2:]:
+    got = load(path, path.split("/")[-1][:-3]).ModelNew()(a, b).double()
+    out[path.split("/")[-1][:-3]] = {k: float((got - w).norm() / w.norm()) for k, w in emulated.items()}
+print(json.dumps(out))
+"""
+)
+_MATMUL = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.rand(32, 64), torch.rand(64, 48)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_rounded_tf32_dots_round_the_operands_they_name(tmp_path: Path) -> None:
+    """At TF32 the GEMM template offers Triton's truncating dot ("tf32", its default) and the dots that
+    round a ("tf32ra") or both operands ("tf32r") to the nearest TF32 value first: each equals its own
+    float64 emulation (to fp32 summation) and is as far from the others as a TF32 rounding is (all
+    terms positive: the rounding's effect does not average out)."""
+    from kernelevolve.spec import load_spec
+    from kernelevolve.synth.tuner.trace import recognize
+    from kernelevolve.synth.tuner.triton_common import DOT_CHOICES
+
+    (tmp_path / "mm.py").write_text(_MATMUL)
+    graph, why = recognize(load_spec(tmp_path / "mm.py"))
+    assert graph is not None and graph.pattern == "gemm", why
+    assert DOT_CHOICES["tf32"][:3] == ["tf32", "tf32ra", "tf32r"]
+    small = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+    assert generate(graph, precision="tf32").config["DOT"] == "tf32"
+    assert "_tf32_round" not in generate(graph, precision="strict_fp32").source  # no TF32 offered
+    paths = []
+    for dot in ("tf32", "tf32ra", "tf32r"):
+        source = generate(
+            graph, config={**small, "DOT": dot}, precision="tf32", template="triton-gemm"
+        ).source
+        assert check_source(source, {"triton"}, platform="cuda").ok
+        (tmp_path / f"{dot}.py").write_text(source)
+        paths.append(str(tmp_path / f"{dot}.py"))
+    errs = json.loads(interpret_script(_ROUNDED_DOTS, str(tmp_path / "mm.py"), *paths))
+    for dot, err in errs.items():
+        assert err[dot] < 1e-6, errs
+        assert all(e > 2e-5 for other, e in err.items() if other != dot), errs
+
+
+@pytest.mark.gpu
+def test_rounded_tf32_dots_on_cuda_against_float64(tmp_path: Path) -> None:
+    """Compiled on a GPU, a [1024, 1024] product of uniform values at TF32: the truncating dot is biased
+    (its error adds up over K: above 4e-4 of the norm), the rounded one is not (below 1e-4)."""
+    import torch
+
+    from kernelevolve.spec import load_spec
+    from kernelevolve.synth.tuner.trace import recognize
+
+    (tmp_path / "mm.py").write_text(_MATMUL)
+    graph, why = recognize(load_spec(tmp_path / "mm.py"))
+    assert graph is not None, why
+    torch.manual_seed(0)
+    a, b = torch.rand(1024, 1024, device="cuda"), torch.rand(1024, 1024, device="cuda")
+    want = a.double() @ b.double()
+    errs = {}
+    for dot in ("tf32", "tf32r"):
+        source = generate(graph, config={"DOT": dot}, precision="tf32", template="triton-gemm").source
+        got = _import_generated(tmp_path / f"mm_{dot}.py", source).ModelNew()(a, b).double()
+        errs[dot] = float((got - want).norm() / want.norm())
+    assert errs["tf32"] > 4e-4 and errs["tf32r"] < 1e-4, errs

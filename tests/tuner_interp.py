@@ -110,6 +110,19 @@ def stage_config(template: str, per_template: Mapping[str, Mapping[str, Any]]) -
     }
 
 
+# For scripts run by `interpret_script`: the nearest TF32 value of each fp32 in float64 arithmetic
+# (torch.round is half to even), independent of the kernels' bit arithmetic (`_tf32_round`).
+NEAREST_TF32 = r"""
+import torch
+
+def nearest_tf32(x):
+    x = x.double()
+    exp = torch.frexp(x)[1].clamp(min=-125)  # |x| < 2**exp: 11 bits kept (fewer in a subnormal)
+    out = torch.ldexp(torch.round(torch.ldexp(x, 11 - exp)), exp - 11)
+    return torch.where(torch.isfinite(x), out, x)
+"""
+
+
 def interpret_script(script: str, *args: str) -> str:
     """Run `script` (Python source, given `args` as sys.argv[1:]) under the Triton interpreter in a
     subprocess; its stdout. For checks the case runner above does not make (against float64, say)."""

@@ -14,6 +14,8 @@ a configuration it has not tried:
   (`direction_scores`), times `PRIOR_WEIGHT` where the parent's diagnosis favours it (`PRIORS`);
   `compare` draws from the moves towards the fastest siblings (`toward_best`), `combine` one of those
   and one along the lineage;
+- `more_precise_configs`: a parent that ran but failed the tolerance gets its precision knobs (a `DOT`
+  of `tl.dot` precisions, PRECISION_ORDER) one step more precise first;
 - `step_back_configs`: what a failed parent suggests: undo one tunable it changed from its own parent,
   alone, then with a neighbouring step;
 - `crossover_configs`: uniform crossover of two parents over the tunables they share.
@@ -53,6 +55,10 @@ PRIORS: dict[str, tuple[tuple[str, int], ...]] = {
     "occupancy-limited": (("BLOCK", -1), ("num_warps", -1), ("num_stages", -1)),
 }
 PRIOR_WEIGHT = 3.0
+# A product's precisions from least to most precise (the GEMM-shaped templates' DOT choices,
+# `triton_common.DOT_CHOICES`, which list their default first): a tunable whose choices are all
+# among them is a precision knob (`more_precise_configs`).
+PRECISION_ORDER = ("bf16", "tf32", "tf32ra", "tf32r", "tf32x3", "ieee")
 
 
 def declared(node: NodeView) -> tuple[Space, Config] | None:
@@ -262,6 +268,23 @@ def mutation_plans(
 
 
 # -- what a failure suggests, and crossover --------------------------------------------------------------
+
+
+def more_precise_configs(space: Space, config: Config) -> Iterator[Config]:
+    """For a parent whose output was outside the tolerance: each precision knob (PRECISION_ORDER)
+    moved to the next more precise choice it offers, one knob at a time, then all of them at once."""
+    steps = {}
+    for key, choices in space.items():
+        if not all(isinstance(c, str) and c in PRECISION_ORDER for c in choices):
+            continue
+        rank = PRECISION_ORDER.index(config[key])
+        finer = [c for c in choices if PRECISION_ORDER.index(c) > rank]
+        if finer:
+            steps[key] = min(finer, key=PRECISION_ORDER.index)
+    for key, value in steps.items():
+        yield {**config, key: value}
+    if len(steps) > 1:
+        yield {**config, **steps}
 
 
 def step_back_configs(rng: random.Random, space: Space, config: Config, before: Config) -> Iterator[Config]:

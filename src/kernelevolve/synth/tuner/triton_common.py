@@ -8,6 +8,10 @@ forward argument's name cannot clash with them.
 
 Deliberately not here: the kernels' control flow (the templates own it) and the file's assembly
 (`triton_codegen`).
+
+Why one module (over 450 lines): it is the vocabulary every template writes kernels with (names, op
+expressions, loads, stores, dots, helpers), imported together by each; split, every template would
+import the same few modules in the same way.
 """
 
 from __future__ import annotations
@@ -27,13 +31,21 @@ NEG_INF = 'float("-inf")'
 POS_INF = 'float("inf")'
 NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"  # torch's max/min/clamp/relu keep NaN
 HALF_DTYPES = {"bfloat16", "float16"}
-# The tl.dot precisions a GEMM-shaped template offers per precision policy, its default first
-# (`triton_gemm`, `triton_conv`); half inputs always take the native dot.
+# The tl.dot precisions a GEMM-shaped template offers per precision policy, its default first, then
+# from least to most precise (`triton_gemm`, `triton_conv`, `triton_flash`: the tuner steps a failed
+# candidate's DOT towards the end, `moves.more_precise_configs`); half inputs always take the native
+# dot. Beside Triton's input precisions, ROUNDED_DOTS: Triton's TF32 dot truncates its fp32 operands
+# where cuBLAS rounds them (rel. norm error of a randn 4096^3 product on an H200: 7.8e-4 truncated,
+# 2.9e-4 rounded as cuBLAS; of a rand one, its terms all positive, 6.8e-4 and 2.8e-5: truncation's
+# bias adds up), so "tf32ra" rounds a to the nearest TF32 value first and "tf32r" both (`_tf32_round`,
+# in registers: 1.2x and 2.0x the truncating kernel's time at 4096^3; benchmarks/results/
+# 2026-11-28-h200-gemm-tf32.md).
 DOT_CHOICES = {
     "strict_fp32": ["ieee", "tf32x3"],
-    "tf32": ["tf32", "tf32x3", "ieee"],
-    "low": ["bf16", "tf32", "tf32x3", "ieee"],
+    "tf32": ["tf32", "tf32ra", "tf32r", "tf32x3", "ieee"],
+    "low": ["bf16", "tf32", "tf32ra", "tf32r", "tf32x3", "ieee"],
 }
+ROUNDED_DOTS = {"tf32ra": ("a",), "tf32r": ("a", "b")}  # dot -> the operands rounded before it
 
 
 class CodegenError(KernelevolveError, ValueError):
@@ -71,7 +83,7 @@ def _tanh(x):
     series = x * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 + x2 * -0.05396825396825397)))
     return tl.where(ax < 0.2, series, tl.where(x < 0.0, -t, t))
 """,
-    # fp32 to the nearest TF32 value before a TF32 tl.dot, which truncates (`triton_flash`'s doc)
+    # fp32 to the nearest TF32 value before a TF32 tl.dot, which truncates (ROUNDED_DOTS)
     "tf32_round": """@triton.jit
 def _tf32_round(x):
     # fp32 to the nearest TF32 value (10 mantissa bits), ties to even; inf and NaN as they are
@@ -236,8 +248,10 @@ def _pow(base: str, exponent: Arg, names: Names) -> str:
     return f"tl.exp2({literal(c)} * tl.log2({base}))"
 
 
-def helpers_for(ops: list[Op]) -> set[str]:
-    return {"tanh"} if any(op.op == "tanh" for op in ops) else set()
+def helpers_for(ops: list[Op], dots: list[str] | None = None) -> set[str]:
+    """The HELPERS a kernel of these ops (and, for a GEMM-shaped one, these DOT choices) calls."""
+    tanh = {"tanh"} if any(op.op == "tanh" for op in ops) else set()
+    return tanh | ({"tf32_round"} if set(dots or ()) & ROUNDED_DOTS.keys() else set())
 
 
 # -- graph queries ----------------------------------------------------------------------------------
@@ -415,16 +429,17 @@ def launch_args(tensors: list[TensorArg], graph: OpGraph, names: Names) -> list[
     return [names.local(t.name) for t in tensors] + [f"_out{i}" for i in range(len(graph.outputs))]
 
 
-def dot_lines(indent: str = "    ") -> list[str]:
-    """`acc += a @ b` in the DOT tunable's precision (a GEMM-shaped template's K-loop body)."""
-    return [indent + line for line in (
-        'if DOT == "bf16":',
-        "    acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)",
-        'elif DOT == "native":',
-        "    acc = tl.dot(a, b, acc)",
-        "else:",
-        "    acc = tl.dot(a, b, acc, input_precision=DOT)",
-    )]  # fmt: skip
+def dot_lines(dots: list[str], indent: str = "    ") -> list[str]:
+    """`acc += a @ b` in the DOT tunable's precision (a GEMM-shaped template's K-loop body); the
+    branches of ROUNDED_DOTS only where `dots` (the tunable's choices) has them."""
+    lines = ['if DOT == "bf16":', "    acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)",
+             'elif DOT == "native":', "    acc = tl.dot(a, b, acc)"]  # fmt: skip
+    for dot, rounded in ROUNDED_DOTS.items():
+        if dot in dots:
+            x, y = (f"_tf32_round({v})" if v in rounded else v for v in ("a", "b"))
+            lines += [f'elif DOT == "{dot}":', f'    acc = tl.dot({x}, {y}, acc, input_precision="tf32")']
+    lines += ["else:", "    acc = tl.dot(a, b, acc, input_precision=DOT)"]
+    return [indent + line for line in lines]
 
 
 def jit_function(name: str, params: list[str], body: list[str]) -> str:

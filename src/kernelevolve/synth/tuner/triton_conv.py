@@ -134,7 +134,7 @@ def build(graph: OpGraph, precision: str) -> Parts:
         *(_transposed_gather() if c.ci.transposed else _gather()),
         *load_a(c),
         f"    b = tl.load({c.ptrs[1]} + {_weight_offset(c.ci)}, mask=k_ok[:, None], other=0.0){c.cast(c.w)}",
-        *dot_lines(),
+        *dot_lines(c.dots),
         *epilogue(c),
     ]
     kernel = jit_function("_conv_kernel", kernel_params(c, [], _GEOMETRY), body)
@@ -214,7 +214,8 @@ def epilogue(c: Conv) -> list[str]:
 def parts(c: Conv, kernel: str, forward: list[str]) -> Parts:
     tunables, defaults = _knobs(c.graph, c.dots, c.native)
     drafts = gemm_drafts(tunables, defaults, c.precision, c.native)
-    return Parts([kernel], forward, tunables, defaults, helpers_for(c.ops), ("BLOCK_M", "BLOCK_N"), drafts)
+    helpers = helpers_for(c.ops, c.dots)
+    return Parts([kernel], forward, tunables, defaults, helpers, ("BLOCK_M", "BLOCK_N"), drafts)
 
 
 def _gather() -> list[str]:

@@ -108,7 +108,7 @@ def build(graph: OpGraph, precision: str) -> Parts:
         "    w_off = ((g * CIN_G + cin[:, None]).to(tl.int64) * COUT_G + bn[None, :]) * (KD * KH * KW)",
         "    w_off += ((kd * KH + kh) * KW + kw)[:, None]",
         f"    b = tl.load({c.ptrs[1]} + w_off, mask=k_ok[:, None], other=0.0){c.cast(c.w)}",
-        *dot_lines(),
+        *dot_lines(c.dots),
         *epilogue(c),
     ]
     kernel = jit_function("_conv_phased_kernel", kernel_params(c, ["N"], _GEOMETRY), body)

@@ -19,10 +19,11 @@ probabilities with V and nothing after it. Head dims are at most MAX_HEAD (q, k 
 rows of one program sit in registers).
 
 The scores' product takes the DOT tunable's precision, the values' DOT_PV's (the precision's fast
-dot by default: 3xTF32 for strict fp32, TF32 where the spec allows it), the probabilities in fp32 as
-the pipeline's softmax stage writes them. At TF32 a product's operands (q and each block of k; the
-probabilities and each block of v) are first rounded to the nearest TF32 value (`_tf32_round`, ties
-to even as a TMA load rounds): the tensor cores truncate the fp32 bits they are given, and the
+dot by default: 3xTF32 for strict fp32, rounded TF32 where the spec allows TF32), the probabilities
+in fp32 as the pipeline's softmax stage writes them. At TF32 ("tf32r", `triton_common.ROUNDED_DOTS`)
+a product's operands (q and each block of k; the probabilities and each block of v) are first
+rounded to the nearest TF32 value (`_tf32_round`, ties to even as a TMA load rounds; Triton's plain
+"tf32", offered, truncates): the tensor cores truncate the fp32 bits they are given, and the
 truncation's bias, exponentiated by the softmax, put the suites' attention outside the TF32
 tolerance (rel. norm error 1.7e-3 on an H200, 1.6e-3 emulated on the CPU; rounded, 4.3e-4 emulated,
 about what cuBLAS's rounded TF32 gives). Masked scores take 3xTF32 in both products by default even
@@ -52,6 +53,7 @@ from kernelevolve.synth.tuner import triton_gemm
 from kernelevolve.synth.tuner.ir import ELEMENTWISE_OPS, OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_common import (
     DOT_CHOICES,
+    ROUNDED_DOTS,
     CodegenError,
     Parts,
     forward_args,
@@ -151,28 +153,40 @@ def build_fused(scores: OpGraph, softmax: OpGraph, out: OpGraph, k: int, precisi
     go = out.gemm
     assert go is not None and scores.gemm is not None
     v = next(t for t in out.tensors if t.name == go.b)
-    tf32 = "tf32" in DOT_CHOICES[precision]  # a dot may be TF32: its operands are rounded
-    kernel = _kernel(g, guard, tf32)
+    kernel = _kernel(g, guard, DOT_CHOICES[precision])
     v_copy = triton_gemm.b_copy_knob(out, DOT_CHOICES[precision], native=False)
     fwd = _forward(g, scores, out, v, v_copy)
     tunables, defaults = knobs(scores, out, precision, _masked(g), v_copy)
-    helpers = helpers_for(g.ops) | ({"tf32_round"} if tf32 else set())
+    helpers = helpers_for(g.ops, DOT_CHOICES[precision])
     return Parts([kernel], fwd, tunables, defaults, helpers, ("BLOCK_M", "BLOCK_N"),
                  _drafts(tunables, defaults))  # fmt: skip
 
 
-def _rounded(x: str, dot: str, tf32: bool) -> list[str]:
-    """`x` rounded to TF32 (`triton_common.HELPERS["tf32_round"]`) where the dot knob `dot` is TF32 (the
-    module doc); nothing where it never is."""
-    return [f'if {dot} == "tf32":', f"    {x} = _tf32_round({x})"] if tf32 else []
+def _rounded(x: str, operand: str, dot: str, dots: list[str]) -> list[str]:
+    """`x`, the product's `operand` ("a" or "b"), rounded to the nearest TF32 value where the dot knob
+    `dot` is one of ROUNDED_DOTS that rounds it (`triton_common.HELPERS["tf32_round"]`); nothing where
+    the knob's choices (`dots`) have none."""
+    rounding = [d for d, operands in ROUNDED_DOTS.items() if operand in operands and d in dots]
+    if not rounding:
+        return []
+    return ["if " + " or ".join(f'{dot} == "{d}"' for d in rounding) + ":", f"    {x} = _tf32_round({x})"]
 
 
-def _dot(x: str, y: str, acc: str, dot: str) -> list[str]:
-    """`acc += x @ y` in the precision of the dot knob `dot` (fp32 operands: ieee, tf32 or tf32x3)."""
-    return [f"{acc} = tl.dot({x}, {y}, {acc}, input_precision={dot})"]
+def _dot(x: str, y: str, acc: str, dot: str, dots: list[str]) -> list[str]:
+    """`acc += x @ y` in the precision of the dot knob `dot` (fp32 operands: one of `dots`; a rounded
+    TF32 dot's operands are rounded before, `_rounded`)."""
+    rounded = [d for d in ROUNDED_DOTS if d in dots]
+    if not rounded:
+        return [f"{acc} = tl.dot({x}, {y}, {acc}, input_precision={dot})"]
+    return [
+        "if " + " or ".join(f'{dot} == "{d}"' for d in rounded) + ":",
+        f'    {acc} = tl.dot({x}, {y}, {acc}, input_precision="tf32")',
+        "else:",
+        f"    {acc} = tl.dot({x}, {y}, {acc}, input_precision={dot})",
+    ]
 
 
-def _kernel(g: triton_gemm.Gemm, guard: bool, tf32: bool) -> str:
+def _kernel(g: triton_gemm.Gemm, guard: bool, dots: list[str]) -> str:
     names = g.names
     q, kk = names.ptr(g.a.name), names.ptr(g.b.name)
     params = [q, kk, "vals_ptr", *(names.ptr(t.name) for t in g.epilogue), "out_ptr", "M", "N", "D", "DV", "H",
@@ -198,7 +212,7 @@ def _kernel(g: triton_gemm.Gemm, guard: bool, tf32: bool) -> str:
         "m2 = rm[:, None]",
         f"a = tl.load({q} + zb * s_qz + zh * s_qh + m2 * s_qm + rd[None, :] * s_qd, mask=(m2 < M) & (rd[None, :] < D), other=0.0)",
         "a = a.to(tl.float32)",
-        *_rounded("a", "DOT", tf32),
+        *_rounded("a", "a", "DOT", dots),
         *scalars,
         'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # the running row maximum of the scores',
         "l_i = tl.zeros([BLOCK_M], tl.float32)  # the running sum of exp(score - m_i)",
@@ -214,9 +228,9 @@ def _kernel(g: triton_gemm.Gemm, guard: bool, tf32: bool) -> str:
         "    mask = (m2 < M) & (n2 < N)",
         f"    b = tl.load({kk} + zb * s_kz + zh * s_kh + rd[:, None] * s_kd + n2 * s_kn, mask=(rd[:, None] < D) & (n2 < N), other=0.0)",
         "    b = b.to(tl.float32)",
-        *("    " + line for line in _rounded("b", "DOT", tf32)),
+        *("    " + line for line in _rounded("b", "b", "DOT", dots)),
         "    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)",
-        *("    " + line for line in _dot("a", "b", "acc", "DOT")),
+        *("    " + line for line in _dot("a", "b", "acc", "DOT", dots)),
         f"    {names.var('acc')} = acc",
         *("    " + line for line in epilogue + ops),
         f'    s = tl.where(n2 < N, {score}, float("-inf"))  # the keys past N count for nothing',
@@ -228,10 +242,10 @@ def _kernel(g: triton_gemm.Gemm, guard: bool, tf32: bool) -> str:
         "    vt = tl.load(vals_ptr + zb * s_vz + zh * s_vh + rn[:, None] * s_vn + rdv[None, :] * s_vd,",
         "                 mask=(rn[:, None] < N) & (rdv[None, :] < DV), other=0.0).to(tl.float32)",
         "    o = o * alpha[:, None]",
-        *("    " + line for line in _rounded("vt", "DOT_PV", tf32)),
+        *("    " + line for line in _rounded("vt", "b", "DOT_PV", dots)),
         "    pd = p  # the probabilities as the product takes them (l_i sums them unrounded)",
-        *("    " + line for line in _rounded("pd", "DOT_PV", tf32)),
-        *("    " + line for line in _dot("pd", "vt", "o", "DOT_PV")),
+        *("    " + line for line in _rounded("pd", "a", "DOT_PV", dots)),
+        *("    " + line for line in _dot("pd", "vt", "o", "DOT_PV", dots)),
         "    m_i = m_new",
         "o = o / l_i[:, None]",
     ]
@@ -314,7 +328,7 @@ def knobs(
     scores: OpGraph, out: OpGraph, precision: str, masked: bool, v_copy: bool
 ) -> tuple[dict[str, list[int | str]], dict[str, int | str]]:
     """Query and key blocks, warps and stages, each product's precision (the fast one by default; at
-    TF32, 3xTF32 for both where the scores are masked: the module doc), v copied keys-contiguous where
+    TF32, rounded TF32, and 3xTF32 for both where the scores are masked: the module doc), v copied keys-contiguous where
     a dot may be TF32 (`v_copy`: `triton_gemm.b_copy_knob` of the values' product). A head dim above 64
     halves the key block: q, the accumulator and a block of scores share the registers."""
     dots = DOT_CHOICES[precision]
@@ -329,14 +343,15 @@ def knobs(
     }
     fast = FAST_DOT.get(precision)
     fast = fast if fast in dots else dots[0]
-    dot = "tf32x3" if masked and fast == "tf32" and "tf32x3" in dots else fast
+    if fast == "tf32":  # rounded (the module doc); 3xTF32 where the scores are masked
+        fast = "tf32x3" if masked else "tf32r"
     defaults: dict[str, int | str] = {
         "BLOCK_M": 64,
         "BLOCK_N": 64 if head <= 64 else 32,
         "num_warps": 4 if head <= 64 else 8,
         "num_stages": 2,
-        "DOT": dot,
-        "DOT_PV": dot,
+        "DOT": fast,
+        "DOT_PV": fast,
     }
     if v_copy:
         tunables["V_KMAJOR"] = [1, 0]

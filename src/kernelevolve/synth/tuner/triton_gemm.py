@@ -212,7 +212,7 @@ def k_loop(g: Gemm, left: str = "K") -> list[str]:
         "    else:",
         f"        a = tl.load(a_ptrs, mask=rk[None, :] < {left} - kt * BLOCK_K, other=0.0){cast_a}",
         f"        b = tl.load(b_ptrs, mask=rk[:, None] < {left} - kt * BLOCK_K, other=0.0){cast_b}",
-        *dot_lines(),
+        *dot_lines(g.dots),
         "    a_ptrs += BLOCK_K * stride_ak",
         "    b_ptrs += BLOCK_K * stride_bk",
         "    if FOLD > 0:",
@@ -262,7 +262,9 @@ def build(graph: OpGraph, precision: str) -> Parts:
     fwd = forward_setup(g) + launch_lines(g)
     tunables, defaults = knobs(graph, g.dots, g.native)
     drafts = gemm_drafts(tunables, defaults, precision, g.native, bool(graph.gemm and graph.gemm.batched))
-    return Parts([kernel], fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"), drafts)
+    return Parts(
+        [kernel], fwd, tunables, defaults, helpers_for(g.ops, g.dots), ("BLOCK_M", "BLOCK_N"), drafts
+    )
 
 
 TILE = ['_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]']
@@ -439,6 +441,11 @@ def knobs(
         "num_stages": [1, 2, 3, 4, 5],
         "DOT": list(dots),
     }
+    if str(dots[0]).startswith("tf32") and bm == 128 and n >= 256:
+        # A TF32 default dot: 128 x 256 (8 warps, 3 stages of 32-wide K slices) ran 1.24-1.42x the
+        # 128 x 128 tile's speed on an H200 at 4096^3 and the suites' Linear shapes, 0.84-0.88x of
+        # cuBLAS's TF32 (benchmarks/results/2026-11-28-h200-gemm-tf32.md).
+        bn = 256
     defaults: dict[str, int | str] = {
         "BLOCK_M": bm,
         "BLOCK_N": bn,

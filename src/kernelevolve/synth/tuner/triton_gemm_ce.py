@@ -179,7 +179,7 @@ def build_fused(gemm: OpGraph, loss: OpGraph, k: int, precision: str) -> Parts:
     tunables, defaults = triton_gemm.knobs(gemm, g.dots, g.native)
     drafts = triton_gemm.gemm_drafts(tunables, defaults, precision, g.native)
     fwd = _forward(loss, g, targets, ignore)
-    return Parts(kernels, fwd, tunables, defaults, helpers_for(g.ops), ("BLOCK_M", "BLOCK_N"), drafts)
+    return Parts(kernels, fwd, tunables, defaults, helpers_for(g.ops, g.dots), ("BLOCK_M", "BLOCK_N"), drafts)
 
 
 def _forward(loss: OpGraph, g: triton_gemm.Gemm, targets: TensorArg, ignore: int) -> list[str]:

@@ -122,7 +122,9 @@ def build(graph: OpGraph, precision: str) -> Parts:
     fwd = triton_gemm.forward_setup(g, tile=whole_rows)
     fwd += triton_gemm.launch_lines(g)
     tunables, defaults = knobs(graph, g.dots, g.native, precision)
-    return Parts([kernel], fwd, tunables, defaults, helpers_for(g.ops), (), _drafts(tunables, defaults))
+    return Parts(
+        [kernel], fwd, tunables, defaults, helpers_for(g.ops, g.dots), (), _drafts(tunables, defaults)
+    )
 
 
 def knobs(

@@ -118,7 +118,7 @@ def build(graph: OpGraph, precision: str) -> Parts:
     tunables = {**one_pass.tunables, "SPLIT_K": list(_SPLIT_K)}
     defaults = {**one_pass.defaults, "SPLIT_K": "auto"}
     drafts = triton_gemm.gemm_drafts(tunables, defaults, precision, g.native)
-    helpers = helpers_for(g.ops) | {"sm_count"}
+    helpers = helpers_for(g.ops, g.dots) | {"sm_count"}
     return Parts(kernels, fwd, tunables, defaults, helpers, one_pass.tile, drafts)
 
 
