@@ -202,7 +202,10 @@ def test_the_cross_entropy_is_fused_only_where_it_is_exactly_that(specs: dict[st
     graph, why = recognize(load_spec(specs["ce"]))
     assert graph is not None and [s.pattern for s in graph.stages] == ["gemm", "scalar"], why
     assert variants(graph)[1] == CE_FUSED, variants(graph)
-    source = generate(graph, template=CE_FUSED).source
+    fused = generate(graph, template=CE_FUSED)
+    source = fused.source
+    # the fused kernel's point is the GEMM at tensor-core speed: the precision's fast dot by default
+    assert fused.config["s0_DOT"] == "tf32x3" and generate(graph).config["s0_DOT"] == "ieee"
     assert "def _stage1(" not in source and source.count("@triton.jit") == 3
     assert "IGNORE=-100" in source and "return _stage0(self, h, targets)" in source
     assert check_source(source, accepted_kinds={"triton"}, platform="cuda").ok  # the candidate guards

@@ -177,6 +177,7 @@ def build_fused(gemm: OpGraph, loss: OpGraph, k: int, precision: str) -> Parts:
         jit_function("_ce_final_kernel", ["part_ptr", "out_ptr", "PROGS", "BLOCK: tl.constexpr"], final),
     ]
     tunables, defaults = triton_gemm.knobs(gemm, g.dots, g.native)
+    triton_gemm.with_fast_dot(defaults, g.dots, g.native, precision)
     drafts = triton_gemm.gemm_drafts(tunables, defaults, precision, g.native)
     fwd = _forward(loss, g, targets, ignore)
     return Parts(kernels, fwd, tunables, defaults, helpers_for(g.ops, g.dots), ("BLOCK_M", "BLOCK_N"), drafts)

@@ -29,7 +29,6 @@ from dataclasses import replace
 from kernelevolve.synth.tuner import triton_gemm, triton_row
 from kernelevolve.synth.tuner.ir import ELEMENTWISE_OPS, REDUCE_OPS, Arg, Op, OpGraph
 from kernelevolve.synth.tuner.triton_common import CodegenError, Parts, helpers_for, jit_function, op_expr
-from kernelevolve.synth.tuner.triton_gemm import FAST_DOT
 
 ROW_MAX_COLS = 1024
 ACC_PER_THREAD = 128  # fp32 accumulators a thread holds: half its registers
@@ -140,11 +139,7 @@ def knobs(
     tunables["BLOCK_K"] = [16, 32, 64]
     tunables["num_stages"] = [1, 2, 3]
     defaults.update({"BLOCK_M": 32, "BLOCK_K": 16 if wide else 32, "num_stages": 2, "num_warps": 8})
-    fast = FAST_DOT.get(precision)
-    if not native and fast in dots:
-        defaults["DOT"] = fast
-        if "B_KMAJOR" in defaults:
-            defaults["B_KMAJOR"] = int(str(fast).startswith("tf32"))
+    triton_gemm.with_fast_dot(defaults, dots, native, precision)
     return tunables, defaults
 
 
