@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -597,6 +598,78 @@ def test_the_tuner_never_proposes_a_tile_over_the_limit(spec: Spec, monkeypatch:
     # The control: without the limit, the same drive proposes tiles that spill.
     monkeypatch.setattr(tn, "THREAD_TILE_LIMIT", 10**9)
     assert any(per_thread(c) > 256 for c in run())
+
+
+STAGED = """
+import torch
+import torch.nn as nn
+
+TUNABLES = {"BLOCK_M": [64, 128, 256], "BLOCK_K": [32, 64], "num_stages": [2, 3, 4, 5], "s1_BLOCK": ["auto", 128, 256]}
+CONFIG = {"BLOCK_M": 64, "BLOCK_K": 32, "num_stages": 2, "s1_BLOCK": 128}
+SMEM = ((4, "num_stages", "BLOCK_M", "BLOCK_K"), (4, "num_stages", "BLOCK_K", "BLOCK_M"), (4, "s1_BLOCK", "s1_BLOCK"))
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x
+"""
+SM90 = 232448  # Triton's "Hardware limit" on an H200
+
+
+def smem(cfg: dict[str, Any]) -> int:
+    """The declaration's arithmetic written out here, independent of tunables.py."""
+    s1 = cfg["s1_BLOCK"] if isinstance(cfg["s1_BLOCK"], int) else 0
+    return max(8 * cfg["num_stages"] * cfg["BLOCK_M"] * cfg["BLOCK_K"], 4 * s1 * s1)
+
+
+def test_smem_is_a_sum_per_kernel_checked_against_the_targets_limit() -> None:
+    terms = tn.declared_smem(STAGED)
+    space, default = declared(STAGED)
+    for values in itertools.product(*space.values()):
+        cfg = dict(zip(space, values, strict=True))
+        assert tn.smem_bytes(cfg, terms) == smem(cfg), cfg
+        assert tn.smem_fits(cfg, terms, "cuda:sm90") == (smem(cfg) <= SM90), cfg
+        assert tn.smem_fits(cfg, terms, "cpu:x86_64") and tn.smem_fits(cfg, terms, "cuda:sm999")
+    assert tn.SMEM_PER_BLOCK["cuda:sm90"] == SM90
+    over = {**default, "BLOCK_M": 256, "num_stages": 4}  # 262144: what the 1_ GEMM asked for
+    assert tn.smem_bytes(over, terms) == 262144 and not tn.smem_fits(over, terms, "cuda:sm90")
+    assert tn.smem_bytes(default, tn.declared_smem(TILED)) is None  # nothing declared: no check
+
+
+@pytest.mark.parametrize(
+    ("decl", "match"),
+    [
+        ("4", "tuple of non-empty tuples"),
+        ("((4, 'WIDTH'),)", "'WIDTH', which CONFIG does not have"),
+        ("((4, 'num_stages', 's1_BLOCK'),)", "mixes the knobs of several kernels"),
+        ("((),)", "tuple of non-empty tuples"),
+        ("BYTES", "literal tuple of terms"),
+    ],
+)
+def test_a_malformed_smem_is_refused(decl: str, match: str) -> None:
+    bad = re.sub(r"^SMEM = .*$", f"SMEM = {decl}", STAGED, flags=re.M)
+    with pytest.raises(tn.TunablesError, match=match):
+        tn.read(bad)
+    with pytest.raises(tn.TunablesError, match=match):
+        tn.declared_smem(bad)
+
+
+def test_the_tuner_never_proposes_shared_memory_over_the_device(spec: Spec) -> None:
+    """On a cuda:sm90 target no proposal's SMEM bound is above 227 KiB (most of this space is); on the
+    CPU, the same drive proposes such configurations (the check is the device's)."""
+    space, default = declared(STAGED)
+    combos = [dict(zip(space, v, strict=True)) for v in itertools.product(*space.values())]
+    assert sum(smem(c) > SM90 for c in combos) > 0.4 * len(combos)
+
+    def run(target: str) -> list[dict[str, Any]]:
+        tuner = OfflineTuner(spec, "cpu", ("c",), extra_seeds=[("staged.py", STAGED)], templates=False)
+        t = task(spec, "draft")
+        t.platform_target = target
+        return [config_of(p) for p in drive(tuner, t, [node(1, STAGED, default)], steps=60, seed=5)]
+
+    on_gpu = run("cuda:sm90")
+    assert len(on_gpu) >= 20 and all(smem(c) <= SM90 for c in on_gpu), on_gpu
+    assert any(smem(c) > SM90 for c in run("cpu:x86_64"))
 
 
 def test_the_looped_row_template_is_tuned_within_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:

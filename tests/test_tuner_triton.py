@@ -631,6 +631,9 @@ def test_templates_declare_their_tile_and_defaults_fit_the_registers() -> None:
                 per_thread = tunables.tile_per_thread(gen.source)
                 assert (per_thread is None) == (want is None), name
                 assert tunables.fits(gen.source), (name, size, gen.config, per_thread)
+                smem = tunables.smem_bytes(gen.config, tunables.declared_smem(gen.source))
+                assert (smem is not None) == (name == "triton-gemm"), name  # the K loop's buffers
+                assert smem is None or smem <= tunables.SMEM_PER_BLOCK["cuda:sm90"], (name, gen.config)
                 seen.add(name)
     assert seen == set(tiles)
     # The soak's timeouts: ROWS 8 x CHUNK 8192 (2048 per thread) at one warp does not fit.
@@ -638,6 +641,39 @@ def test_templates_declare_their_tile_and_defaults_fit_the_registers() -> None:
         softmax_graph(), {"CHUNK": 8192, "ROWS": 8, "num_warps": 1}, template="triton-row-looped"
     )
     assert tunables.tile_per_thread(looped.source) == 2048 and not tunables.fits(looped.source)
+
+
+def test_the_gemm_templates_shared_memory_is_what_triton_asked_for() -> None:
+    """The GEMM template's SMEM bound at the configurations that failed to compile on an H200 (Triton
+    3.6's "out of resource: shared memory, Required: N"): exactly N, above sm_90's limit, so the tuner
+    would not have proposed them; split-K and the fused cross-entropy declare the same K loop."""
+    from kernelevolve.spec import load_spec
+    from kernelevolve.synth.tuner.trace import recognize
+
+    graph = linear_gelu_graph()
+    failed = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, DOT) -> Required, from the H200 benches
+        ((256, 256, 32, 4, "tf32"), 262144),
+        ((128, 256, 32, 5, "tf32"), 245760),
+        ((64, 256, 64, 4, "tf32x3"), 327680),
+    ]
+    source = generate(graph, template="triton-gemm", precision="tf32").source
+    terms = tunables.declared_smem(source)
+    for (bm, bn, bk, stages, dot), required in failed:
+        cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_stages": stages, "DOT": dot}
+        assert tunables.smem_bytes(cfg, terms) == required
+        assert not tunables.smem_fits(cfg, terms, "cuda:sm90")
+    fits = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 3}  # the TF32 default: 147456
+    assert tunables.smem_bytes(fits, terms) == 147456 and tunables.smem_fits(fits, terms, "cuda:sm90")
+    half = linear_gelu_graph()
+    half.tensors = [TensorArg(t.name, t.source, t.layout, "bfloat16") for t in half.tensors]
+    half.dtype = "bfloat16"
+    half_terms = tunables.declared_smem(generate(half, template="triton-gemm").source)
+    assert tunables.smem_bytes(fits, half_terms) == 147456 // 2  # 2-byte operands
+    suites = Path(__file__).resolve().parents[1] / "suites"
+    ce_graph, why = recognize(load_spec(suites / "llm" / "linear_cross_entropy.py"))
+    assert ce_graph is not None, why
+    fused = generate(ce_graph, template="triton-gemm-ce+fused")
+    assert "SMEM = ((4, 's0_num_stages', 's0_BLOCK_M', 's0_BLOCK_K')," in fused.source
 
 
 # A matvec whose products are one 2**24 then 2.9s (a[:, 0] * b[0] = 4096**2): in one fp32 accumulator

@@ -27,6 +27,19 @@ TILE, without a num_warps in CONFIG, or where a value of the product is not an i
 forward sizes it per shape). A file of several kernels, each with its own knobs, prefixes them
 `s<k>_` (a generated pipeline's stages): each prefix's TILE knobs are one tile over its own
 `s<k>_num_warps`.
+
+A candidate may declare, likewise, a lower bound of the shared memory one program of a kernel needs,
+in bytes, as a sum of products of CONFIG values and int constants:
+
+    SMEM = ((4, "num_stages", "BLOCK_M", "BLOCK_K"), (4, "num_stages", "BLOCK_K", "BLOCK_N"))
+
+(a pipelined GEMM's fp32 operand buffers: what Triton 3.6 asked for exactly in each of 5 compile
+failures seen on an H200). A configuration whose bound is above the device's limit per block
+(SMEM_PER_BLOCK, by the platform target: 227 KiB on sm_90) fails to compile with `OutOfResources`,
+so the tuner never proposes one (`smem_fits`); 8-15% of a GEMM or attention search's candidates
+died so. Terms of `s<k>_` knobs are summed per prefix (each stage's kernel is its own launch); a
+term with a value that is not an int (or a key CONFIG lacks) counts as 0, which keeps the sum a
+lower bound.
 """
 
 from __future__ import annotations
@@ -42,6 +55,13 @@ from kernelevolve import pyast
 Config = dict[str, Any]
 THREAD_TILE_LIMIT = 256  # tile elements per thread; a thread has at most 255 32-bit registers
 WARP_SIZE = 32
+# The most shared memory one block may take (the opt-in maximum), by platform target (`Platform.target`);
+# CUDA's programming guide's table of compute capabilities. Targets not here are not checked.
+SMEM_PER_BLOCK = {
+    "cuda:sm70": 98304, "cuda:sm75": 65536, "cuda:sm80": 166912, "cuda:sm86": 101376, "cuda:sm87": 166912,
+    "cuda:sm89": 101376, "cuda:sm90": 232448, "cuda:sm100": 232448, "cuda:sm120": 101376,
+}  # fmt: skip
+Term = tuple[int | str, ...]
 
 
 class TunablesError(ValueError):
@@ -84,7 +104,8 @@ def read(source: str) -> tuple[dict[str, list[Any]], Config] | None:
             raise TunablesError(f"CONFIG has no value for tunable {key!r}")
         if config[key] not in choices:
             raise TunablesError(f"CONFIG[{key!r}] = {config[key]!r} is not one of {list(choices)}")
-    _tile(tree, config)  # a malformed TILE makes the declaration malformed
+    _tile(tree, config)  # a malformed TILE or SMEM makes the declaration malformed
+    _smem(tree, config)
     return {k: list(v) for k, v in tunables.items()}, dict(config)
 
 
@@ -133,6 +154,86 @@ def _declared_tile(source: str) -> tuple[str, ...] | None:
     if not isinstance(config, dict):
         raise TunablesError("CONFIG must be a dict")
     return _tile(tree, config)
+
+
+def _smem(tree: ast.Module, config: Config) -> tuple[Term, ...] | None:
+    """The SMEM declaration's terms, or None if there is none. Raises TunablesError when it is not a
+    literal tuple of non-empty tuples of ints and CONFIG keys, or a term mixes stages' prefixes."""
+    node = _assignment(tree, "SMEM")
+    if node is None:
+        return None
+    example = "((4, 'num_stages', 'BLOCK_M', 'BLOCK_K'),)"
+    try:
+        terms = ast.literal_eval(node.value)
+    except ValueError as exc:
+        raise TunablesError(f"SMEM must be a literal tuple of terms, e.g. {example}: {exc}") from None
+    if not isinstance(terms, tuple | list) or not all(
+        isinstance(t, tuple | list) and t and all(isinstance(x, int | str) for x in t) for t in terms
+    ):
+        raise TunablesError(
+            f"SMEM must be a tuple of non-empty tuples of ints and CONFIG keys, e.g. {example}"
+        )
+    for term in terms:
+        keys = [x for x in term if isinstance(x, str)]
+        missing = [k for k in keys if k not in config]
+        if missing:
+            raise TunablesError(f"SMEM names {', '.join(map(repr, missing))}, which CONFIG does not have")
+        if len({_prefix(k) for k in keys}) > 1:
+            raise TunablesError(f"an SMEM term mixes the knobs of several kernels: {term!r}")
+    return tuple(tuple(t) for t in terms)
+
+
+def _prefix(key: str) -> str:
+    stage = re.match(r"s\d+_", key)
+    return stage.group(0) if stage else ""
+
+
+def declared_smem(source: str) -> tuple[Term, ...] | None:
+    """The candidate's SMEM terms, or None where it declares none (or no CONFIG, or does not parse).
+    Raises TunablesError for a malformed SMEM or CONFIG. Cached, as `declared_tile`."""
+    return _declared_smem(source)
+
+
+@functools.lru_cache(maxsize=256)
+def _declared_smem(source: str) -> tuple[Term, ...] | None:
+    try:
+        tree = pyast.parse(source)
+    except SyntaxError:
+        return None
+    c_node = _assignment(tree, "CONFIG")
+    if c_node is None or _assignment(tree, "SMEM") is None:
+        return None
+    try:
+        config = ast.literal_eval(c_node.value)
+    except ValueError as exc:
+        raise TunablesError(f"CONFIG must be a literal dict: {exc}") from None
+    if not isinstance(config, dict):
+        raise TunablesError("CONFIG must be a dict")
+    return _smem(tree, config)
+
+
+def smem_bytes(config: Config, terms: tuple[Term, ...] | None) -> int | None:
+    """The SMEM bound at `config`: each kernel's (prefix's) sum of its terms' products, the largest of
+    them; None where nothing is declared. A term with a value that is not an int counts as 0."""
+    if not terms:
+        return None
+    sums: dict[str, int] = {}
+    for term in terms:
+        keys = [x for x in term if isinstance(x, str)]
+        values = [config.get(x) if isinstance(x, str) else x for x in term]
+        ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        prefix = _prefix(keys[0]) if keys else ""
+        sums[prefix] = sums.get(prefix, 0) + (math.prod(ints) if len(ints) == len(values) else 0)
+    return max(sums.values())
+
+
+def smem_fits(config: Config, terms: tuple[Term, ...] | None, target: str) -> bool:
+    """Whether `config` keeps the SMEM bound within the target's SMEM_PER_BLOCK (True where nothing is
+    declared or the target is not in the table). The tuner asks this before it writes a
+    configuration into a source, beside `config_fits`."""
+    limit = SMEM_PER_BLOCK.get(target)
+    need = smem_bytes(config, terms)
+    return limit is None or need is None or need <= limit
 
 
 def per_thread(config: Config, tile: tuple[str, ...] | None) -> float | None:
@@ -193,15 +294,19 @@ def format_config(config: Config) -> str:
 
 
 __all__ = [
+    "SMEM_PER_BLOCK",
     "THREAD_TILE_LIMIT",
     "Config",
     "TunablesError",
     "config_fits",
+    "declared_smem",
     "declared_tile",
     "fits",
     "format_config",
     "per_thread",
     "read",
+    "smem_bytes",
+    "smem_fits",
     "tile_per_thread",
     "write",
 ]

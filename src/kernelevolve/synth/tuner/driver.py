@@ -24,7 +24,9 @@ Every answer avoids `task.tried` (hashes of sources already in the tree) and wha
 proposed before; when no untried configuration is left, the answer is `exhausted`. A configuration
 the tuner makes never holds a tile over `tunables.THREAD_TILE_LIMIT` elements per thread (where the
 candidate declares `TILE`): such a configuration spills and takes minutes to compile, so it is
-skipped like a tried one (templates' defaults fit; a seed or sample as written is drafted as it is).
+skipped like a tried one (templates' defaults fit; a seed or sample as written is drafted as it is);
+nor one whose declared shared memory (`SMEM`) is above the device's limit per block, which fails
+to compile.
 
 Randomness comes from `random.Random(task.seed)`, so a task's answer is reproducible. Deliberately not
 here: evaluation (the engine sends every proposal to the harness), and any model: this is a tuner,
@@ -157,8 +159,11 @@ class _Step:
     def worth_trying(self, source: str, config: Config) -> str | None:
         """`source` rewritten to `config`, a configuration of the tuner's own, if its tile fits the
         registers (`tunables.config_fits`, asked before writing: a larger tile spills, and Triton takes
-        minutes to compile it) and the result is untried; else None."""
+        minutes to compile it), its shared memory fits the device's (`tunables.smem_fits`: a larger one
+        fails to compile) and the result is untried; else None."""
         if not tn.config_fits(config, tn.declared_tile(source)):
+            return None
+        if not tn.smem_fits(config, tn.declared_smem(source), self.task.platform_target):
             return None
         text = tn.write(source, config)
         return text if self.untried(text) else None

@@ -334,6 +334,8 @@ def _assemble(graph: OpGraph, template: str, parts: Parts, config: dict[str, Any
     declarations = f"TUNABLES = {tunables}\nCONFIG = {config_line}\n"
     if parts.tile:
         declarations += f"TILE = {tuple(parts.tile)!r}\n"
+    if parts.smem:
+        declarations += f"SMEM = {tuple(parts.smem)!r}\n"
     blocks = [doc + "\n" + head, declarations]
     blocks += [HELPERS[h] for h in sorted(parts.helpers)]
     blocks += parts.kernels

@@ -68,6 +68,9 @@ class Parts:
     # Further configurations worth drafting after the defaults, best guess first (`Generated.drafts`):
     # each overrides some defaults with values from `tunables`.
     drafts: list[dict[str, int | str]] = field(default_factory=list)
+    # A lower bound of one program's shared memory in bytes, as terms of knobs and constants (written
+    # as `SMEM`, see `kernelevolve/tunables.py`; empty where the template declares none).
+    smem: tuple[tuple[int | str, ...], ...] = ()
 
 
 # Module-level helpers a template may ask for, emitted before the kernels.

@@ -262,9 +262,17 @@ def build(graph: OpGraph, precision: str) -> Parts:
     fwd = forward_setup(g) + launch_lines(g)
     tunables, defaults = knobs(graph, g.dots, g.native)
     drafts = gemm_drafts(tunables, defaults, precision, g.native, bool(graph.gemm and graph.gemm.batched))
-    return Parts(
-        [kernel], fwd, tunables, defaults, helpers_for(g.ops, g.dots), ("BLOCK_M", "BLOCK_N"), drafts
-    )
+    helpers = helpers_for(g.ops, g.dots)
+    return Parts([kernel], fwd, tunables, defaults, helpers, ("BLOCK_M", "BLOCK_N"), drafts, smem_terms(g))
+
+
+def smem_terms(g: Gemm) -> tuple[tuple[int | str, ...], ...]:
+    """The K loop's shared memory (`tunables` SMEM): num_stages buffers of a's [BLOCK_M, BLOCK_K] and
+    b's [BLOCK_K, BLOCK_N] slices, fp32 (half where the dot is native). Exactly what Triton 3.6 asked
+    for in each of 5 failures to compile on an H200 (TF32 and 3xTF32 dots); a lower bound where the
+    kernel needs more (the fused cross-entropy's epilogue: 64 KiB more at 128 x 256)."""
+    size = 2 if g.native else 4
+    return ((size, "num_stages", "BLOCK_M", "BLOCK_K"), (size, "num_stages", "BLOCK_K", "BLOCK_N"))
 
 
 TILE = ['_bm, _bn, _bk = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["BLOCK_K"]']
@@ -482,7 +490,7 @@ def knobs(
 
 
 __all__ = [
-    "FAST_DOT", "FP32_PRESETS", "HALF_PRESETS", "Gemm", "b_copy_knob", "build", "epilogue_lines", "finish_lines", "forward_setup",
-    "gemm_drafts", "with_fast_dot",
-    "k_loop", "knobs", "launch_lines", "pad_k_lines", "parse", "tile_lines",
+    "FAST_DOT", "FP32_PRESETS", "HALF_PRESETS", "Gemm", "b_copy_knob", "build", "epilogue_lines", "finish_lines",
+    "forward_setup", "gemm_drafts", "k_loop", "knobs", "launch_lines", "pad_k_lines", "parse", "smem_terms",
+    "tile_lines", "with_fast_dot",
 ]  # fmt: skip

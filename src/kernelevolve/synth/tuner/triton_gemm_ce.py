@@ -180,7 +180,9 @@ def build_fused(gemm: OpGraph, loss: OpGraph, k: int, precision: str) -> Parts:
     triton_gemm.with_fast_dot(defaults, g.dots, g.native, precision)
     drafts = triton_gemm.gemm_drafts(tunables, defaults, precision, g.native)
     fwd = _forward(loss, g, targets, ignore)
-    return Parts(kernels, fwd, tunables, defaults, helpers_for(g.ops, g.dots), ("BLOCK_M", "BLOCK_N"), drafts)
+    helpers = helpers_for(g.ops, g.dots)
+    smem = triton_gemm.smem_terms(g)
+    return Parts(kernels, fwd, tunables, defaults, helpers, ("BLOCK_M", "BLOCK_N"), drafts, smem)
 
 
 def _forward(loss: OpGraph, g: triton_gemm.Gemm, targets: TensorArg, ignore: int) -> list[str]:

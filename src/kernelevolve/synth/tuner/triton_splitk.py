@@ -119,7 +119,7 @@ def build(graph: OpGraph, precision: str) -> Parts:
     defaults = {**one_pass.defaults, "SPLIT_K": "auto"}
     drafts = triton_gemm.gemm_drafts(tunables, defaults, precision, g.native)
     helpers = helpers_for(g.ops, g.dots) | {"sm_count"}
-    return Parts(kernels, fwd, tunables, defaults, helpers, one_pass.tile, drafts)
+    return Parts(kernels, fwd, tunables, defaults, helpers, one_pass.tile, drafts, one_pass.smem)
 
 
 def _partial_kernel(g: Gemm) -> str:

@@ -140,6 +140,7 @@ def compose(graph: OpGraph, templates: list[str], precision: str, codegen: Codeg
     defaults: dict[str, int | str] = {}
     helpers: set[str] = set()
     tile: list[str] = []
+    smem: list[tuple[int | str, ...]] = []
     stage_drafts: list[dict[str, int | str]] = []  # each stage's presets, its keys prefixed
     reference_args = forward_args(graph)
     calls = []
@@ -191,11 +192,12 @@ def compose(graph: OpGraph, templates: list[str], precision: str, codegen: Codeg
         defaults.update({prefix + key: value for key, value in parts.defaults.items()})
         helpers |= parts.helpers
         tile += [prefix + key for key in parts.tile]
+        smem += [tuple(prefix + x if isinstance(x, str) else x for x in term) for term in parts.smem]
         stage_drafts += [{prefix + key: value for key, value in d.items()} for d in parts.drafts]
     # A pipeline drafts each stage's presets (a GEMM's or convolution's) with the other stages at
     # their defaults.
     drafts = [{**defaults, **d} for d in stage_drafts]
-    return Parts(kernels + functions, calls, tunables, defaults, helpers, tuple(tile), drafts)
+    return Parts(kernels + functions, calls, tunables, defaults, helpers, tuple(tile), drafts, tuple(smem))
 
 
 def _function(name: str, params: list[str], body: list[str]) -> str:
