@@ -432,16 +432,21 @@ def launch_args(tensors: list[TensorArg], graph: OpGraph, names: Names) -> list[
     return [names.local(t.name) for t in tensors] + [f"_out{i}" for i in range(len(graph.outputs))]
 
 
-def dot_lines(dots: list[str], indent: str = "    ") -> list[str]:
-    """`acc += a @ b` in the DOT tunable's precision (a GEMM-shaped template's K-loop body); the
-    branches of ROUNDED_DOTS only where `dots` (the tunable's choices) has them."""
-    lines = ['if DOT == "bf16":', "    acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)",
-             'elif DOT == "native":', "    acc = tl.dot(a, b, acc)"]  # fmt: skip
+def dot_lines(
+    dots: list[str], indent: str = "    ", a: str = "a", b: str = "b", acc: str = "acc", knob: str = "DOT"
+) -> list[str]:
+    """`acc += a @ b` in the precision of the tunable `knob` (a GEMM-shaped template's K-loop body);
+    the branches of ROUNDED_DOTS only where `dots` (the tunable's choices) has them."""
+    lines = [f'if {knob} == "bf16":', f"    {acc} = tl.dot({a}.to(tl.bfloat16), {b}.to(tl.bfloat16), {acc})",
+             f'elif {knob} == "native":', f"    {acc} = tl.dot({a}, {b}, {acc})"]  # fmt: skip
     for dot, rounded in ROUNDED_DOTS.items():
         if dot in dots:
-            x, y = (f"_tf32_round({v})" if v in rounded else v for v in ("a", "b"))
-            lines += [f'elif DOT == "{dot}":', f'    acc = tl.dot({x}, {y}, acc, input_precision="tf32")']
-    lines += ["else:", "    acc = tl.dot(a, b, acc, input_precision=DOT)"]
+            x, y = (f"_tf32_round({v})" if operand in rounded else v for operand, v in (("a", a), ("b", b)))
+            lines += [
+                f'elif {knob} == "{dot}":',
+                f'    {acc} = tl.dot({x}, {y}, {acc}, input_precision="tf32")',
+            ]
+    lines += ["else:", f"    {acc} = tl.dot({a}, {b}, {acc}, input_precision={knob})"]
     return [indent + line for line in lines]
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kernelevolve.synth.tuner import triton_flash, triton_gemm_ce, triton_gemm_row
+from kernelevolve.synth.tuner import triton_chain, triton_flash, triton_gemm_ce, triton_gemm_row
 from kernelevolve.synth.tuner.ir import Generated, OpGraph
 from kernelevolve.synth.tuner.triton_common import CodegenError, Parts, forward_args, jit_function
 from kernelevolve.tunables import TunablesError
@@ -45,7 +45,8 @@ SEPARATOR = "+"
 FUSED = "fused"  # a stage's template name where a stage before it writes its output too
 # Spans of stages written as one: the fusion's name (the first stage's template) -> its module
 # (`NAME`, `SPAN` stages, `fusable(*stages, k)`, `build_fused(*stages, k, precision) -> Parts`).
-_FUSIONS = {m.NAME: m for m in (triton_gemm_row, triton_gemm_ce, triton_flash)}
+# Tried in this order at each stage: the longer span first (`_fused`).
+_FUSIONS = {m.NAME: m for m in (triton_chain, triton_gemm_row, triton_gemm_ce, triton_flash)}
 FIRST = {triton_flash.NAME}  # fusions whose variant is offered before the stage-by-stage one
 
 
@@ -81,20 +82,24 @@ def variants(graph: OpGraph, codegen: Codegen) -> list[str]:
     fused = _fused(graph, default)
     if fused != default:
         out.insert(0 if FIRST & set(fused) else 1, SEPARATOR.join(fused))
+        pairs = _fused(graph, default, skip={triton_chain.NAME})  # the chain's stages fused in pairs
+        if pairs not in (default, fused):
+            out.insert(out.index(SEPARATOR.join(fused)) + 1, SEPARATOR.join(pairs))
     for k, names in enumerate(options):
         for other in names[1:]:
             out.append(SEPARATOR.join([*default[:k], other, *default[k + 1 :]]))
     return out[:MAX_VARIANTS]
 
 
-def _fused(graph: OpGraph, names: list[str]) -> list[str]:
+def _fused(graph: OpGraph, names: list[str], skip: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """`names` with every stage that starts a span that fuses (a `_FUSIONS` module's `fusable`, the
-    span's intermediates read by no later stage) named after that fusion, and the span's other
-    stages `FUSED` (written by its first)."""
+    span's intermediates read by no later stage; none of the fusions named in `skip`) named after
+    that fusion, and the span's other stages `FUSED` (written by its first)."""
     out = list(names)
     k = 0
     while k < len(graph.stages) - 1:
-        fusion = next((f for f in _FUSIONS.values() if _fuses(graph, f, k)), None)
+        fusions = [f for name, f in _FUSIONS.items() if name not in skip]
+        fusion = next((f for f in fusions if _fuses(graph, f, k)), None)
         if fusion is not None:
             out[k : k + fusion.SPAN] = [fusion.NAME] + [FUSED] * (fusion.SPAN - 1)
             k += fusion.SPAN
