@@ -544,6 +544,41 @@ def test_warm_seeds_prefer_the_same_spec_then_the_same_computation(tmp_path: Pat
         import_bundle(Workspace.open(tmp_path / "ws3"), bundle)
 
 
+def test_a_training_spec_is_not_the_same_computation_as_its_forward(tmp_path: Path) -> None:
+    """The suites' rmsnorm_backward has rmsnorm's forward (the same aten ops) but its kernels compute
+    the gradients too: its reference ops end in "backward", so no warm start takes a forward-only
+    kernel for it (one did, and every gradient was wrong), while a forward spec still matches."""
+    from kernelevolve.optimize import reference_ops
+
+    suites = Path(__file__).resolve().parents[1] / "suites" / "recsys"
+    forward, training = load_spec(suites / "rmsnorm.py"), load_spec(suites / "rmsnorm_backward.py")
+    f_ops, t_ops = reference_ops(forward), reference_ops(training)
+    assert f_ops and t_ops == [*f_ops, "backward"], (f_ops, t_ops)
+    ws = Workspace.open(tmp_path / "ws")
+    for spec in (forward, training):
+        ws.record_spec(spec.fingerprint, spec.name, str(spec.path), spec.source, spec.summary())
+    run = ws.create_run(
+        forward.fingerprint, "x.py", "cuda", "tuner", "uct", {"ops": f_ops}, {}, pattern="row"
+    )
+    node = ws.create_node(run, None, None, "draft")
+    ws.propose_node(
+        run,
+        node,
+        source="class ModelNew:\n    def __init__(self, cols=1024, eps=1e-6):\n        pass\n    def forward(self, x):\n        return x\n",
+    )
+    verdict = {"status": "ok", "fitness": 2.0, "speedup_vs_eager": 2.0, "shapes": []}
+    ws.finish_node(
+        run,
+        node,
+        {**verdict, "spec_fingerprint": forward.fingerprint, "platform": "cuda", "device": "d", "method": {}},
+        1.0,
+    )
+    assert learning.warm_seeds(ws, training, "cuda", t_ops, exclude_run="new") == []
+    # the control: matched on the forward's ops alone, the training spec would take that kernel
+    untagged = learning.warm_seeds(ws, training, "cuda", f_ops, exclude_run="new")
+    assert [s.reason for s in untagged] == ["same computation"], untagged
+
+
 def test_forward_arity_reads_the_candidates_forward() -> None:
     def src(params: str) -> str:
         return (

@@ -129,7 +129,7 @@ def start(
         }
         ops = reference_ops(spec)
         config["ops"] = ops  # what a warm start of a later run matches on (`learning.warm_seeds`)
-        pattern = classify(ops) if ops else ""
+        pattern = classify([op for op in ops if op != "backward"]) if ops else ""
         run_id = ws.create_run(
             spec.fingerprint, str(spec.path.resolve()), platform.name, synth.name, search.policy, config,
             dataclasses.asdict(limits), pattern=pattern,
@@ -188,11 +188,15 @@ def seed_nodes(ws: Workspace, run_id: str, seeds: list[tuple[Path, str]]) -> lis
 
 
 def reference_ops(spec: Spec) -> list[str] | None:
-    """The aten ops the reference dispatches, in order (None where it runs nowhere here)."""
+    """The aten ops the reference's forward dispatches, in order (None where it runs nowhere here),
+    then "backward" for a training spec: its kernels compute the gradients too, so a forward's
+    kernel of the same ops is not the same computation (the suites' rmsnorm_backward was warm-started
+    with rmsnorm's kernel, and every gradient was wrong)."""
     try:
-        return aten_ops(spec)
+        ops = aten_ops(spec)
     except Exception:  # a reference that runs nowhere here: no ops, not an error
         return None
+    return [*ops, "backward"] if ops and spec.backward else ops
 
 
 def warm_start(ws: Workspace, run_id: str, spec: Spec, platform: str, ops: list[str] | None) -> list[int]:
