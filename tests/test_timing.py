@@ -232,3 +232,25 @@ def test_no_round_holds_its_draw_while_the_next_is_made() -> None:
     assert result.failure is None and result.checked >= 3
     assert len(held_at_draw) >= 12 + 2  # the rounds, the warm-up's and the audits' draws
     assert max(held_at_draw) == 0, held_at_draw
+
+
+def test_work_after_the_timed_call_is_flagged_with_its_spread() -> None:
+    """The side-stream check: a candidate whose calls leave the device busy well past the baselines'
+    (median over calls) is flagged, its message giving the calls' range and its own time, so a false
+    alarm can be told from a trick; one slow tail among many is no flag."""
+    from kernelevolve.evaluate.timing import ShapeTiming, _check_tails, summarize
+
+    def timing(cand_tails: list[float]) -> ShapeTiming:
+        result = ShapeTiming()
+        result.stats = {"cand": summarize([400e-6] * 9), "eager": summarize([500e-6] * 9)}
+        _check_tails(result, {"cand": cand_tails, "eager": [20e-6] * 9}, "cand")
+        return result
+
+    busy = timing([300e-6] * 8 + [900e-6])
+    (violation,) = busy.violations
+    assert violation.rule == "side-stream"
+    assert (
+        "300 us after" in violation.message
+        and "median of 9 calls, 300-900 us; its call 400 us" in violation.message
+    )
+    assert timing([20e-6] * 8 + [900e-6]).violations == []  # one slow tail: the median is the baselines'

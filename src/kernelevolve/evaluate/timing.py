@@ -421,10 +421,13 @@ def _check_tails(result: ShapeTiming, tails: dict[str, list[float]], candidate: 
     ref = max(base) if base else 0.0
     cand_time = result.stats[candidate].median_s
     if cand > 3 * ref + 50e-6 and cand > 0.2 * cand_time:
+        ts = tails[candidate]
         result.violations.append(
             Violation(
                 "side-stream",
                 f"the device stayed busy {cand * 1e6:.0f} us after the candidate's timed call ended "
-                f"(baselines: {ref * 1e6:.0f} us): work continued outside the timed stream",
+                f"(baselines: {ref * 1e6:.0f} us): work continued outside the timed stream "
+                f"(median of {len(ts)} calls, {min(ts) * 1e6:.0f}-{max(ts) * 1e6:.0f} us; its call "
+                f"{cand_time * 1e6:.0f} us)",
             )
         )
