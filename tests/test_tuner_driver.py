@@ -240,7 +240,7 @@ DOTS = ["tf32", "tf32ra", "tf32r", "tf32x3", "ieee"]  # the GEMM templates' DOT 
 
 def test_an_incorrect_parent_gets_a_more_precise_product_first(spec: Spec) -> None:
     """A candidate that ran but failed the tolerance is tried again with its precision knobs one step
-    more precise (each alone, then together), before any step back; a choice list that starts at its
+    more precise (together, then each alone), before any step back; a choice list that starts at its
     default (strict fp32: IEEE, then 3xTF32) is ordered by precision, not by position. A crash or a
     parent with nothing more precise left steps back as before."""
     src = SEED.replace(
@@ -257,9 +257,9 @@ def test_an_incorrect_parent_gets_a_more_precise_product_first(spec: Spec) -> No
         seen.append({k: v for k, v in config_of(p).items() if k != "a"})
         tried.add(candidate_hash(p.source or ""))
     assert seen == [
+        {"DOT": "tf32ra", "DOT_PV": "tf32x3"},
         {"DOT": "tf32ra", "DOT_PV": "tf32r"},
         {"DOT": "tf32", "DOT_PV": "tf32x3"},
-        {"DOT": "tf32ra", "DOT_PV": "tf32x3"},
     ], seen
     p = fresh_tuner(spec).propose(task(spec, "inherit", [bad], tried=tried), NoTools())
     assert not p.note.startswith("more precise"), p.note  # nothing more precise left untried
