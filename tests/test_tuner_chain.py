@@ -148,3 +148,16 @@ def test_the_chain_is_right_on_cuda_at_the_suites_ffn_block(tmp_path: Path) -> N
         got, want = on_cuda(path, cand, repeat=1)
         rel = ((got.double() - want).norm() / want.norm()).item()
         assert got.shape == want.shape and rel < 5e-6, (config, rel)
+
+
+def test_a_residual_of_x_after_the_second_gemm_is_not_chained(tmp_path: Path) -> None:
+    """x read again after the second GEMM (a residual) would be one kernel argument in two layouts:
+    refused with the reason, the pairs still offered."""
+    body = CHAINED.format(between=RMS).replace(
+        "return torch.softmax(y, dim=-1)", "return torch.softmax(y + x, dim=-1)"
+    )
+    path = _spec(tmp_path, "residual", body)
+    graph, why = recognize(load_spec(path))
+    assert graph is not None and len(graph.stages) == 4, why
+    assert triton_chain._why_not(*graph.stages, 0) == "the second GEMM's stages read ['x'] too"
+    assert CHAIN not in variants(graph) and any("triton-gemm-row" in v for v in variants(graph))
