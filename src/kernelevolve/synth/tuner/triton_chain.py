@@ -27,8 +27,7 @@ K-contiguous for TF32 dots (`B_KMAJOR`, as the GEMM template: a pass over each w
 rows are r * sum(P W2) rather than sum((r P) W2): exact in real arithmetic, fp32 rounding apart.
 
 Not here: a chain without a row stage between the GEMMs (an MLP: GEMM, GELU, GEMM), three GEMMs,
-half inputs, batched GEMMs, a hidden width past the row stage's reach (the reductions run over the
-whole hidden row: any width, in chunks).
+half inputs, batched GEMMs, a tensor read by both GEMMs' stages (a residual of x).
 """
 
 from __future__ import annotations
@@ -412,14 +411,9 @@ def knobs(c: _Chain, precision: str) -> tuple[dict[str, list[int | str]], dict[s
     fast = FAST_DOT.get(precision)
     fast = fast if fast in c.dots else c.dots[0]
     tunables: dict[str, list[int | str]] = {
-        "BLOCK_M": [16, 32, 64, 128],
-        "BLOCK_H": [16, 32, 64, 128],
-        "BLOCK_K": [16, 32, 64],
-        "num_warps": [2, 4, 8],
-        "num_stages": [1, 2, 3],
-        "DOT": list(c.dots),
-        "DOT2": list(c.dots),
-    }
+        "BLOCK_M": [16, 32, 64, 128], "BLOCK_H": [16, 32, 64, 128], "BLOCK_K": [16, 32, 64], "num_warps": [2, 4, 8],
+        "num_stages": [1, 2, 3], "DOT": list(c.dots), "DOT2": list(c.dots),
+    }  # fmt: skip
     defaults: dict[str, int | str] = {
         "BLOCK_M": 64, "BLOCK_H": 64, "BLOCK_K": 32, "num_warps": 8, "num_stages": 2, "DOT": fast, "DOT2": fast,
     }  # fmt: skip
