@@ -29,7 +29,7 @@ from kernelevolve.synth.tuner.ir import GemmInfo, Op, OpGraph, TensorArg
 from kernelevolve.synth.tuner.trace import recognize
 from kernelevolve.synth.tuner.triton_codegen import generate, variants
 from kernelevolve.synth.tuner.triton_common import CodegenError, check_graph
-from tests.tuner_interp import NEAREST_TF32, interpret, interpret_script
+from tests.tuner_interp import SCRIPT_PRELUDE, interpret, interpret_script
 
 FLASH = "triton-flash+fused+fused"
 SMALL = {"s0_BLOCK_M": 16, "s0_BLOCK_N": 16, "s0_DOT": "ieee", "s0_num_warps": 2}
@@ -344,20 +344,13 @@ def test_half_precision_attention_is_not_fused(tmp_path: Path) -> None:
     assert variants(graph) and not any("triton-flash" in v for v in variants(graph)), variants(graph)
 
 
-# `_tf32_round` against the nearest TF32 value (NEAREST_TF32), and the flash kernel's TF32 products
+# `_tf32_round` against the nearest TF32 value (SCRIPT_PRELUDE's), and the flash kernel's TF32 products
 # emulated with it.
 _TF32_CHECK = (
-    NEAREST_TF32
+    SCRIPT_PRELUDE
     + r"""
-import importlib.util, json, sys
 import triton
 import triton.language as tl
-
-def load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 mode, path = sys.argv[1], sys.argv[2]
 if mode == "round":

@@ -26,7 +26,7 @@ from kernelevolve.evaluate.guards import check_source
 from kernelevolve.synth.tuner.ir import GemmInfo, Op, OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_codegen import CodegenError, generate, variants
 from kernelevolve.tunables import TunablesError
-from tests.tuner_interp import NEAREST_TF32, interpret_script
+from tests.tuner_interp import SCRIPT_PRELUDE, interpret_script
 
 SPECS = Path(__file__).parent / "specs"
 
@@ -757,16 +757,8 @@ def test_a_matvec_of_k_2_to_the_20_on_cuda_against_float64(tmp_path: Path) -> No
 # Each rounded TF32 dot (`triton_common.ROUNDED_DOTS`) against the product of its operands rounded in
 # float64: the interpreter's dot is exact in fp32, so each rounding the kernel makes shows.
 _ROUNDED_DOTS = (
-    NEAREST_TF32
+    SCRIPT_PRELUDE
     + r"""
-import importlib.util, json, sys
-
-def load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 a, b = load(sys.argv[1], "spec").get_inputs()
 emulated = {"tf32": a.double() @ b.double(), "tf32ra": nearest_tf32(a) @ b.double(),
             "tf32r": nearest_tf32(a) @ nearest_tf32(b)}

@@ -110,10 +110,18 @@ def stage_config(template: str, per_template: Mapping[str, Mapping[str, Any]]) -
     }
 
 
-# For scripts run by `interpret_script`: the nearest TF32 value of each fp32 in float64 arithmetic
-# (torch.round is half to even), independent of the kernels' bit arithmetic (`_tf32_round`).
-NEAREST_TF32 = r"""
+# The start of a script run by `interpret_script`: `load` (a spec or candidate file as a module) and
+# `nearest_tf32` (the nearest TF32 value of each fp32 in float64 arithmetic, torch.round being half
+# to even: independent of the kernels' bit arithmetic, `_tf32_round`).
+SCRIPT_PRELUDE = r"""
+import importlib.util, json, sys
 import torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 def nearest_tf32(x):
     x = x.double()

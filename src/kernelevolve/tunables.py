@@ -48,6 +48,7 @@ import ast
 import functools
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from kernelevolve import pyast
@@ -140,12 +141,18 @@ def declared_tile(source: str) -> tuple[str, ...] | None:
 
 @functools.lru_cache(maxsize=256)
 def _declared_tile(source: str) -> tuple[str, ...] | None:
+    return _declared(source, "TILE", _tile)
+
+
+def _declared(source: str, name: str, read: Callable[[ast.Module, Config], Any]) -> Any:
+    """`read(tree, CONFIG)` of a candidate that declares `name` beside a CONFIG; None where it does
+    not (or does not parse). Raises TunablesError for a CONFIG that is no literal dict."""
     try:
         tree = pyast.parse(source)
     except SyntaxError:
         return None
     c_node = _assignment(tree, "CONFIG")
-    if c_node is None or _assignment(tree, "TILE") is None:
+    if c_node is None or _assignment(tree, name) is None:
         return None
     try:
         config = ast.literal_eval(c_node.value)
@@ -153,7 +160,7 @@ def _declared_tile(source: str) -> tuple[str, ...] | None:
         raise TunablesError(f"CONFIG must be a literal dict: {exc}") from None
     if not isinstance(config, dict):
         raise TunablesError("CONFIG must be a dict")
-    return _tile(tree, config)
+    return read(tree, config)
 
 
 def _smem(tree: ast.Module, config: Config) -> tuple[Term, ...] | None:
@@ -196,20 +203,7 @@ def declared_smem(source: str) -> tuple[Term, ...] | None:
 
 @functools.lru_cache(maxsize=256)
 def _declared_smem(source: str) -> tuple[Term, ...] | None:
-    try:
-        tree = pyast.parse(source)
-    except SyntaxError:
-        return None
-    c_node = _assignment(tree, "CONFIG")
-    if c_node is None or _assignment(tree, "SMEM") is None:
-        return None
-    try:
-        config = ast.literal_eval(c_node.value)
-    except ValueError as exc:
-        raise TunablesError(f"CONFIG must be a literal dict: {exc}") from None
-    if not isinstance(config, dict):
-        raise TunablesError("CONFIG must be a dict")
-    return _smem(tree, config)
+    return _declared(source, "SMEM", _smem)
 
 
 def smem_bytes(config: Config, terms: tuple[Term, ...] | None) -> int | None:
@@ -246,8 +240,7 @@ def per_thread(config: Config, tile: tuple[str, ...] | None) -> float | None:
         return None
     groups: dict[str, list[str]] = {}
     for key in tile:
-        stage = re.match(r"s\d+_", key)
-        groups.setdefault(stage.group(0) if stage else "", []).append(key)
+        groups.setdefault(_prefix(key), []).append(key)
     worst = None
     for prefix, keys in groups.items():
         values = [config.get(k) for k in keys] + [config.get(prefix + "num_warps")]
