@@ -36,7 +36,7 @@ in bytes, as a sum of products of CONFIG values and int constants:
 (a pipelined GEMM's fp32 operand buffers: what Triton 3.6 asked for exactly in each of 5 compile
 failures seen on an H200). A configuration whose bound is above the device's limit per block
 (SMEM_PER_BLOCK, by the platform target: 227 KiB on sm_90) fails to compile with `OutOfResources`,
-so the tuner never proposes one (`smem_fits`); 8-15% of a GEMM or attention search's candidates
+so the tuner never proposes one (`smem_fits`); 5-15% of a GEMM or attention search's candidates
 died so. Terms of `s<k>_` knobs are summed per prefix (each stage's kernel is its own launch); a
 term with a value that is not an int (or a key CONFIG lacks) counts as 0, which keeps the sum a
 lower bound.

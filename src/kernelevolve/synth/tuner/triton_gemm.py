@@ -463,7 +463,7 @@ def knobs(
     }
     if str(dots[0]).startswith("tf32") and bm == 128 and n >= 256:
         # A TF32 default dot: 128 x 256 (8 warps, 3 stages of 32-wide K slices) ran 1.24-1.42x the
-        # 128 x 128 tile's speed on an H200 at 4096^3 and the suites' Linear shapes, 0.84-0.88x of
+        # 128 x 128 tile's speed on an H200 at 4096^3 and the suites' Linear shapes, 0.76-0.88x of
         # cuBLAS's TF32 (benchmarks/results/2026-11-28-h200-gemm-tf32.md).
         bn = 256
     defaults: dict[str, int | str] = {
