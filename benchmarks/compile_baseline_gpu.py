@@ -13,7 +13,8 @@ the model's forward, "later" after "first" under the same name (so it starts fro
 cache (no record from earlier runs). The references are built as a worker builds them
 (`evaluate.inputs`). The timing takes a lock on the GPU (other specs compile meanwhile): per shape,
 eager and the three ways in turn, `--rounds` rounds, L2 flushed (a 256 MiB write) before each call,
-CUDA events; the median. Training specs time forward and backward. Prints a table last.
+CUDA events around a CUDA graph's replay of one call (a call where it cannot be captured: training
+specs, host work); the median. Prints a table last.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import statistics
@@ -65,7 +67,7 @@ def one(path: Path, track: str, rounds: int) -> dict[str, Any]:
 
     spec = load_spec(path)
     module = import_spec_module(path)
-    device = torch.device("cuda")
+    device = torch.device("cuda", 0)
     precision = "tf32" if track == "tf32" else spec.precision
     get_platform("cuda").setup(device, precision)
     classes = {way: _own_forward(module.Model, way) for way in WAYS}
@@ -103,19 +105,46 @@ def one(path: Path, track: str, rounds: int) -> dict[str, Any]:
             for _ in range(3):  # warm
                 for fn in calls.values():
                     forward_backward(fn, args, s["grads"], torch)
+            runs = {name: _replayable(fn, args, s["grads"], torch) for name, fn in calls.items()}
+            graphed = {name: run is not None for name, run in runs.items()}
             for _ in range(rounds):
                 for name, fn in calls.items():
+                    run = runs[name] or functools.partial(forward_backward, fn, args, s["grads"], torch)
                     flush.zero_()
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
-                    forward_backward(fn, args, s["grads"], torch)
+                    run()
                     end.record()
                     end.synchronize()
                     times[name].append(start.elapsed_time(end) * 1e3)
             us = {name: statistics.median(v) for name, v in times.items()}
-            rows.append({"shape": s["shape"], "us": {k: round(v, 2) for k, v in us.items()},
+            rows.append({"shape": s["shape"], "us": {k: round(v, 2) for k, v in us.items()}, "graphed": graphed,
                          **{f"{way}_over_static": round(us[way] / us["static"], 3) for way in ("first", "later")}})  # fmt: skip
     return {"spec": spec.name, "track": track, "compile_s": compile_s, "shapes": rows}
+
+
+def _replayable(fn: Any, args: list[Any], grads: list[Any] | None, torch: Any) -> Any:
+    """One call of `fn` captured in a CUDA graph, its replay (device time only, as the harness times
+    where it can); None where the call cannot be captured (it is then timed as a call, host included)."""
+    from kernelevolve.evaluate.prepared import forward_backward
+
+    if grads is not None:
+        return None
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            forward_backward(fn, args, grads, torch)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            forward_backward(fn, args, grads, torch)
+        graph.replay()
+        torch.cuda.synchronize()
+        return graph.replay
+    except Exception:
+        torch.cuda.synchronize()
+        return None
 
 
 def _run(path: Path, args: argparse.Namespace) -> dict[str, Any]:
