@@ -126,6 +126,26 @@ def test_a_row_delivering_above_10x_over_a_baseline_is_flagged_and_not_celebrate
     assert s["fast_2_vs_compile"] == 0.0
 
 
+def test_a_flag_over_one_baseline_holds_back_that_baseline_s_figures_only() -> None:
+    """bucketized_dense_features on an H200: 96.7x vs eager (eager writes and reads back a [N, F, B]
+    bool tensor), 4.8x vs torch.compile, the faster baseline. Its figures vs eager count 1.0, its
+    figures vs compile 4.8x. A flag of the row's own (its kernel past the roofline) holds back both."""
+    shape = {"shape": "default", "dispatch_node": 33}
+    row = {**_r("bucketized", True, 96.7, 4.8), "shapes": [shape], "suspicious": 0}
+    shown = runner._reviewed(None, row, 10.0)  # type: ignore[arg-type]
+    assert shown["held"] == ["eager"] and len(shown["flags"]) == 1
+    s = metrics.summarize([shown, *RESULTS])
+    assert s["geomean_vs_compile"] == pytest.approx((4.8 * 2.0 * 0.5 * 0.8 * 1.0) ** (1 / 5))
+    assert s["geomean_vs_eager"] == pytest.approx((1.0 * 3.0 * 1.1 * 1.0 * 1.0) ** (1 / 5))
+    assert s["fast_2_vs_compile"] == 0.2 and s["fast_2_vs_eager"] == 0.2 and s["flagged"] == 1
+    own = runner._reviewed(None, {**row, "flags": ["shape default: 140% of the measured roofline"]}, 10.0)  # type: ignore[arg-type]
+    assert own["held"] == ["eager", "compile"]
+    assert metrics.counted(own, "compile") == 1.0 == metrics.counted(own, "eager")
+    # a row stored before `held` existed: any flag holds back every baseline, as it did
+    old = {k: v for k, v in shown.items() if k != "held"}
+    assert metrics.counted(old, "compile") == 1.0 and metrics.counted(shown, "compile") == 4.8
+
+
 def test_delivered_speedup_is_shape_weighted_and_never_below_the_reference() -> None:
     summary = {
         "shapes": [{"shape": "s", "weight": 0.5}, {"shape": "l", "weight": 0.5}],

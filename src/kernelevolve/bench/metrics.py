@@ -14,8 +14,10 @@ Over the specs a bench attempted (specs that failed to load are reported apart a
 The speedups are the ones each result reports: what the exported per-shape dispatch module delivers
 (see `bench.results`), measured live against eager and torch.compile in the harness. A flagged result
 (a delivered speedup above `suspicious_speedup`, 10x, over a baseline: `results.baseline_flags`)
-counts 1.0 in every figure above fast_0 and in the geomeans until it is reviewed: flagged, not
-celebrated (level 1's 57_ delivers 66x over a torch.compile that takes 1.86 s where eager takes 28 ms).
+counts 1.0 in that baseline's figures above fast_0 and in its geomeans until it is reviewed: flagged,
+not celebrated (level 1's 57_ delivers 66x over a torch.compile that takes 1.86 s where eager takes
+28 ms); a row with a flag of its own counts 1.0 against every baseline (`results.held_baselines`,
+the row's `held`).
 """
 
 from __future__ import annotations
@@ -40,9 +42,14 @@ def speedup(result: dict[str, Any], baseline: str) -> float | None:
 
 
 def counted(result: dict[str, Any], baseline: str) -> float | None:
-    """The speedup the bench's figures count: 1.0 for a flagged result (it awaits review)."""
+    """The speedup the bench's figures count: 1.0 where the result is held back against `baseline`
+    (flagged: it awaits review). A row without `held` (an older document) is held against every
+    baseline where it has any flag."""
     value = speedup(result, baseline)
-    return 1.0 if value is not None and result.get("flags") else value
+    held = result.get("held")
+    if held is None:
+        held = list(BASELINES) if result.get("flags") else []
+    return 1.0 if value is not None and baseline in held else value
 
 
 def fast_p(results: Sequence[dict[str, Any]], p: float, baseline: str) -> float | None:

@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from kernelevolve.bench.metrics import BASELINES
+
 
 def delivered(summary: dict[str, Any], baseline: str) -> float | None:
     """The dispatch module's shape-weighted speedup over `baseline` ("eager" or "compile"): at a shape
@@ -112,18 +114,36 @@ def result_row(
     }
 
 
+DELIVERED = "x vs {baseline} delivered, above"  # in a baseline's flag (`baseline_flags`, `held_baselines`)
+
+
+def held_baselines(row: dict[str, Any], limit: float) -> list[str]:
+    """The baselines whose figures count 1.0 for this row until it is reviewed (`bench.metrics`): every
+    one where the row carries a flag of its own (its kernel past the roofline, say); else each one it
+    delivers more than `limit` times over. A baseline that is itself far slower than the other holds
+    back only its own figure: bucketized_dense_features at 96.7x vs eager (a [N, F, B] bool tensor
+    eager writes and reads back) and 4.8x vs torch.compile (H200) counts 1.0 vs eager and 4.8x vs
+    compile, as a candidate's plausibility is judged against the faster baseline (`scoring.score`)."""
+    own = [f for f in row.get("flags") or [] if not any(DELIVERED.format(baseline=b) in f for b in BASELINES)]
+    if own:
+        return list(BASELINES)
+    if not row.get("correct"):
+        return []
+    return [b for b in BASELINES if isinstance(v := row.get(f"speedup_vs_{b}"), int | float) and v > limit]
+
+
 def baseline_flags(row: dict[str, Any], limit: float) -> list[str]:
     """The row's flags, with one more for each baseline it delivers more than `limit` times over
     (`Settings.suspicious_speedup`): a kernel's speedup above it is held back before it gets here
     (`held_back`), so what remains is a baseline that is itself far slower than the other, as
     torch.compile at 1.86 s against eager's 28 ms on level 1's 57_conv_transposed_2D (an H100).
     The figure is real, the dispatch module runs the faster reference there, but it is no kernel's
-    speedup: flagged, and counted 1.0 in the bench's figures until reviewed (`bench.metrics`)."""
+    speedup: flagged, and counted 1.0 in that baseline's figures until reviewed (`held_baselines`)."""
     flags = list(row.get("flags") or [])
     if not row.get("correct"):
         return flags
     kernel = any(s.get("dispatch_node") is not None for s in row.get("shapes") or [])
-    for baseline in ("eager", "compile"):
+    for baseline in BASELINES:
         value = row.get(f"speedup_vs_{baseline}")
         if not isinstance(value, int | float) or value <= limit:
             continue
@@ -133,7 +153,7 @@ def baseline_flags(row: dict[str, Any], limit: float) -> list[str]:
             else f"the reference runs here (no kernel beat it): {baseline} itself is that much slower "
             "than the faster baseline, not a kernel's speedup"
         )
-        flag = f"{value:.1f}x vs {baseline} delivered, above {limit:g}x: {why}"
+        flag = f"{value:.1f}{DELIVERED.format(baseline=baseline)} {limit:g}x: {why}"
         if flag not in flags:
             flags.append(flag)
     return flags
@@ -160,4 +180,12 @@ def why_no_kernel(summary: dict[str, Any], nodes: Sequence[dict[str, Any]]) -> s
     return f"no correct kernel in {len(evaluated)} candidate(s) ({counts}){tail}"
 
 
-__all__ = ["baseline_flags", "curve", "delivered", "held_back", "result_row", "why_no_kernel"]
+__all__ = [
+    "baseline_flags",
+    "curve",
+    "delivered",
+    "held_back",
+    "held_baselines",
+    "result_row",
+    "why_no_kernel",
+]

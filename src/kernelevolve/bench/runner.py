@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevolve.bench.metrics import summarize
-from kernelevolve.bench.results import baseline_flags, held_back, result_row
+from kernelevolve.bench.results import baseline_flags, held_back, held_baselines, result_row
 from kernelevolve.bench.schedule import run_demand, schedule
 from kernelevolve.config import Settings
 from kernelevolve.cost import estimate
@@ -472,9 +472,10 @@ def bench_document(ws: Workspace, bench_id: str) -> dict[str, Any]:
 
 def _reviewed(ws: Workspace, row: dict[str, Any], limit: float) -> dict[str, Any]:
     """A stored result row as the document shows it: flagged where it delivers more than `limit`
-    times over a baseline (`results.baseline_flags`); and a row stored before rows counted their
+    times over a baseline (`results.baseline_flags`), with the baselines whose figures it holds back
+    (`held`: `results.held_baselines`); and a row stored before rows counted their
     suspicious candidates gets the count from its run's nodes (a done run's nodes do not change)."""
-    row = {**row, "flags": baseline_flags(row, limit)}
+    row = {**row, "flags": baseline_flags(row, limit), "held": held_baselines(row, limit)}
     if "suspicious" in row or not row.get("run_id"):
         return row
     return {**row, **held_back(ws.nodes(row["run_id"]))}
