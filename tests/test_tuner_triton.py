@@ -29,6 +29,7 @@ from kernelevolve.tunables import TunablesError
 from tests.tuner_interp import SCRIPT_PRELUDE, interpret_script
 
 SPECS = Path(__file__).parent / "specs"
+SUITES = Path(__file__).parent.parent / "suites"
 
 # -- graphs, as the tracer would build them from the tg_* specs ---------------------------------------
 
@@ -467,6 +468,26 @@ def test_the_tuner_drafts_gemm_presets_after_the_default_template() -> None:
     for b in presets:  # the default's file with only its CONFIG line rewritten
         assert tunables.write(b.source, default.config) == default.source
         assert tunables.read(b.source) == (default.space, b.config)
+
+
+@pytest.mark.parametrize("precision", ["strict_fp32", "tf32"])
+def test_a_sample_of_the_computation_is_drafted_before_a_template_s_second_preset(precision: str) -> None:
+    """fm_interaction (suites): the template at its default, its first preset, then the knowledge
+    base's sample of this computation, inside the draft phase's 4 nodes; the template's further
+    presets after it. Before, the default and three presets took the 4 drafts and the sample (the two
+    products fused per sample) was never tried."""
+    import dataclasses
+
+    from kernelevolve.search.policies import SearchConfig
+    from kernelevolve.spec import load_spec
+    from kernelevolve.synth.tuner.templates import bases_for
+
+    spec = dataclasses.replace(load_spec(SUITES / "recsys" / "fm_interaction.py"), precision=precision)
+    bases, why = bases_for(spec, "cuda", ("triton",))
+    kinds = [(b.kind, bool(b.why)) for b in bases]
+    assert not why and kinds[:3] == [("template", False), ("template", True), ("sample", False)], kinds
+    assert bases[2].label == "samples/triton-fm_interaction" and SearchConfig().draft >= 3
+    assert [k for k in kinds[3:]] == [("template", True)] * (len(kinds) - 3) and len(kinds) > 4
 
 
 def test_half_inputs_take_the_native_dot() -> None:

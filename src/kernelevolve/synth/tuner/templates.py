@@ -121,21 +121,28 @@ def bases_for(
     extra_seeds: Sequence[tuple[str, str]] = (),
     templates: bool = True,
 ) -> tuple[list[Base], str]:
-    """The bases in drafting order (templates, samples, extra seeds) and why there is no template
-    (empty where a sample stands in for one; a seed whose declaration is malformed adds its error).
-    `templates=False` takes the extra seeds alone (`kernelevolve tune`: the user's kernel, not the
-    tuner's own)."""
+    """The bases in drafting order and why there is no template (empty where a sample stands in for
+    one; a seed whose declaration is malformed adds its error): each template at its default, each
+    template's first preset, the knowledge base's samples of this computation, the templates' further
+    presets, the extra seeds. `templates=False` takes the extra seeds alone (`kernelevolve tune`: the
+    user's kernel, not the tuner's own)."""
     generated, why = templates_for(spec, platform, kinds) if templates else ([], "")
     bases = [Base(t.template, t.source, dict(t.tunables), dict(t.config), "template") for t in generated]
     # the templates' presets in turns, each template's first before any second: a draft phase of a few
     # nodes tries the fast dot of every template (a transposed convolution's masked and phased ones)
     presets = [_draft_bases(t) for t in generated]
-    bases += [ps[i] for i in range(max(map(len, presets), default=0)) for ps in presets if i < len(ps)]
+    turns = [[ps[i] for ps in presets if i < len(ps)] for i in range(max(map(len, presets), default=0))]
+    bases += turns[0] if turns else []
     if templates:
+        # A sample written for this computation before a template's second and third presets: the
+        # draft phase is 4 nodes, and fm_interaction's template default and three presets took all 4
+        # (each outside the TF32 tolerance), so its sample (both products fused per sample; 1.43x of
+        # torch.compile when it was drafted) was never tried and the search stayed at 0.34x (H200).
         samples = _sample_bases(spec, platform, kinds)
         if samples:
             why = ""
         bases += samples
+    bases += [b for turn in turns[1:] for b in turn]
     for label, source in extra_seeds:
         try:
             bases.append(_as_base(label, source, "seed"))
