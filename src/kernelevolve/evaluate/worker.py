@@ -204,13 +204,23 @@ def _gpu_lease(state: Prepared) -> Any:
     return DeviceLease(state.lease_key)
 
 
+# Recompiles of one frame a static baseline may take beyond its spec's shapes: a module whose forward
+# graph-breaks in a layer called at many sizes (a DenseNet's dense layers, one size each) recompiles
+# that layer's frame once per size, where a shape-generic compile took one graph for all of them.
+RECOMPILES_PER_SHAPE = 64
+
+
 def _static_compiles(torch: Any, shapes: int) -> None:
-    """Let every shape's reference compile for its own shape: each is a recompile of the same
-    forward, so the recompile limit (8 by default) rises to cover a spec's shapes, and a limit hit
-    raises (a baseline error, said in the verdict) instead of running eager under compile's name."""
+    """Let every shape's reference compile for its own sizes: each shape is a recompile of the same
+    forward (and of any frame a graph break leaves), so dynamo's recompile limits (8 per frame, 256
+    in all, by default) rise to cover a spec's shapes, and a limit hit raises (a baseline error, said
+    in the verdict) instead of running eager under compile's name."""
     config = torch._dynamo.config
+    per_frame = RECOMPILES_PER_SHAPE * shapes
     if hasattr(config, "recompile_limit"):
-        config.recompile_limit = max(int(config.recompile_limit), 2 * shapes + 8)
+        config.recompile_limit = max(int(config.recompile_limit), per_frame)
+    if hasattr(config, "accumulated_recompile_limit"):
+        config.accumulated_recompile_limit = max(int(config.accumulated_recompile_limit), 4 * per_frame)
     if hasattr(config, "fail_on_recompile_limit_hit"):
         config.fail_on_recompile_limit_hit = True
 
