@@ -126,10 +126,10 @@ def dispatch_table(
     torch.compile at that shape): its median faster by more than both spreads, or by the minimum gain
     with the two interquartile ranges apart (one disturbed block of trials inflates a spread, a
     half-range: swiglu's compiled reference ran 1.68x faster than eager with a spread of 2.8, and the
-    export ran eager there, H200). The choice is made against the fallback whatever the run's
-    fitness baseline. Each entry: node (or None), the winner considered, the fallback, its speedups (vs eager,
-    compile and the best baseline, named), its and the baselines' times (in the same measurement),
-    roofline fraction."""
+    export ran eager there, H200). The choice is made against the fallback whatever the run's fitness
+    baseline. Each entry: node (or None), the winner considered, the fallback, its speedups (vs
+    eager, compile and the best baseline, named), its and the baselines' times (in the same
+    measurement), roofline fraction."""
     out: dict[str, dict[str, Any]] = {}
     for shape in shapes:
         entry: dict[str, Any] = {"node": None}
