@@ -27,21 +27,17 @@ from kernelevolve.spec import load_spec
 from tests.conftest import harness_settings
 from tests.kb_samples import TRITON_OPS as OPS
 from tests.kb_samples import kernel, spec
+from tests.tuner_interp import SCRIPT_LOAD
 
 # The interpreter computes tl.dot in fp32 whatever input_precision says, so the tf32 samples are held
 # to fp32-level agreement here; the GPU run applies the harness's own tolerances.
 TOL = {"strict_fp32": 1e-5, "tf32": 1e-4}
 
 
-_RUNNER = r"""
-import importlib.util, inspect, json, sys
-import torch
-
-def load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_RUNNER = (
+    SCRIPT_LOAD
+    + r"""
+import inspect
 
 def call(fn, params):
     names = inspect.signature(fn).parameters
@@ -73,6 +69,7 @@ for i, case in enumerate(json.load(open(sys.argv[1]))):
         results[case["op"]] = f"{type(exc).__name__}: {exc}"
 json.dump(results, open(sys.argv[2], "w"))
 """
+)
 
 
 def _other_config(source: str) -> dict[str, Any]:

@@ -206,12 +206,13 @@ def test_run_ids_resolve_by_prefix(ws_with_run: tuple[Workspace, str]) -> None:
         ws.resolve_run("zzzz")
 
 
-def _final(shapes: list[tuple[str, float, float, float, float]]) -> Any:
-    """A re-measured verdict: per shape (name, candidate us, eager us, compile us, spread)."""
+def _final(shapes: list[tuple[str, float, float, float, float]], quartiles: float | None = None) -> Any:
+    """A re-measured verdict: per shape (name, candidate us, eager us, compile us, spread); each time's
+    quartiles `quartiles` (relative) from its median, the spread where not given."""
     from kernelevolve.evaluate.verdict import ShapeResult, Status, TimeStats, Verdict
 
-    def stats(us: float, spread: float, quartiles: float | None = None) -> TimeStats:
-        q = spread if quartiles is None else quartiles  # the quartiles' relative distance from the median
+    def stats(us: float, spread: float) -> TimeStats:
+        q = spread if quartiles is None else quartiles
         return TimeStats(median_s=us * 1e-6, p25_s=us * (1 - q) * 1e-6, p75_s=us * (1 + q) * 1e-6,
                          min_s=us * (1 - q) * 1e-6, n=50, spread=spread)  # fmt: skip
 
@@ -264,22 +265,15 @@ def test_one_disturbed_block_does_not_keep_eager_where_compile_is_clearly_faster
     """swiglu's prefill on an H200: torch.compile 130 us, eager 219 us, a spread of 2.8 (one block of
     trials disturbed) with the quartiles 2% from the median: the compiled reference is the fallback.
     Quartiles that overlap keep eager (the control)."""
-    from kernelevolve.evaluate.verdict import TimeStats
     from kernelevolve.search.tools import dispatch_table
 
-    def final(quartiles: float) -> Any:
-        v = _final([("prefill", 131.0, 219.0, 130.0, 2.8)])
-        (s,) = v.shapes
-        for name in ("eager", "compile"):
-            t = getattr(s, name)
-            setattr(s, name, TimeStats(median_s=t.median_s, p25_s=t.median_s * (1 - quartiles),
-                                       p75_s=t.median_s * (1 + quartiles), min_s=t.p25_s, n=50, spread=2.8))  # fmt: skip
-        return v
+    def fallback(quartiles: float) -> dict[str, Any]:
+        final = _final([("prefill", 131.0, 219.0, 130.0, 2.8)], quartiles)
+        return dispatch_table(["prefill"], {"prefill": 1}, {1: final}, 0.01)["prefill"]
 
-    clear = dispatch_table(["prefill"], {"prefill": 1}, {1: final(0.02)}, 0.01)["prefill"]
+    clear = fallback(0.02)
     assert clear["fallback"] == "compile" and clear["node"] is None
-    overlapping = dispatch_table(["prefill"], {"prefill": 1}, {1: final(0.3)}, 0.01)["prefill"]
-    assert overlapping["fallback"] == "eager"
+    assert fallback(0.3)["fallback"] == "eager"  # 130 * 1.3 > 219 * 0.7: the quartiles overlap
 
 
 @pytest.mark.parametrize("budget", [1, 2, 3])

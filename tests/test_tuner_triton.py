@@ -487,7 +487,7 @@ def test_a_sample_of_the_computation_is_drafted_before_a_template_s_second_prese
     kinds = [(b.kind, bool(b.why)) for b in bases]
     assert not why and kinds[:3] == [("template", False), ("template", True), ("sample", False)], kinds
     assert bases[2].label == "samples/triton-fm_interaction" and SearchConfig().draft >= 3
-    assert [k for k in kinds[3:]] == [("template", True)] * (len(kinds) - 3) and len(kinds) > 4
+    assert kinds[3:] == [("template", True)] * (len(kinds) - 3) and len(kinds) > 4
 
 
 def test_half_inputs_take_the_native_dot() -> None:

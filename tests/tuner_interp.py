@@ -19,7 +19,9 @@ from typing import Any
 
 from kernelevolve.evaluate.guards import check_source
 
-_RUNNER = r"""
+# The start of every script these helpers run in a subprocess: `load`, a spec or candidate file as a
+# module (`load_module` in a script of its own).
+SCRIPT_LOAD = r"""
 import importlib.util, json, sys
 import torch
 
@@ -28,7 +30,11 @@ def load(path, name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+"""
 
+_RUNNER = (
+    SCRIPT_LOAD
+    + r"""
 options = json.load(open(sys.argv[1]))
 results = {}
 for i, case in enumerate(options["cases"]):
@@ -50,6 +56,7 @@ for i, case in enumerate(options["cases"]):
         results[case["id"]] = f"{type(exc).__name__}: {exc}"
 json.dump(results, open(sys.argv[2], "w"))
 """
+)
 
 
 def interpret(
@@ -110,25 +117,19 @@ def stage_config(template: str, per_template: Mapping[str, Mapping[str, Any]]) -
     }
 
 
-# The start of a script run by `interpret_script`: `load` (a spec or candidate file as a module) and
-# `nearest_tf32` (the nearest TF32 value of each fp32 in float64 arithmetic, torch.round being half
-# to even: independent of the kernels' bit arithmetic, `_tf32_round`).
-SCRIPT_PRELUDE = r"""
-import importlib.util, json, sys
-import torch
-
-def load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+# The start of a script run by `interpret_script`: `load` and `nearest_tf32` (the nearest TF32 value
+# of each fp32 in float64 arithmetic, torch.round being half to even: independent of the kernels'
+# bit arithmetic, `_tf32_round`).
+SCRIPT_PRELUDE = (
+    SCRIPT_LOAD
+    + r"""
 def nearest_tf32(x):
     x = x.double()
     exp = torch.frexp(x)[1].clamp(min=-125)  # |x| < 2**exp: 11 bits kept (fewer in a subnormal)
     out = torch.ldexp(torch.round(torch.ldexp(x, 11 - exp)), exp - 11)
     return torch.where(torch.isfinite(x), out, x)
 """
+)
 
 
 def interpret_script(script: str, *args: str) -> str:

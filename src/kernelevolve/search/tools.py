@@ -140,10 +140,10 @@ def dispatch_table(
             fallback, base = "eager", s.eager
             if s.compile is not None and s.eager is not None:
                 apart = max(s.compile.spread, s.eager.spread, min_gain)
-                quartiles = (
+                quartiles_apart = (
                     s.compile.p75_s < s.eager.p25_s and s.compile.median_s * (1 + min_gain) < s.eager.median_s
                 )
-                if s.compile.median_s * (1 + apart) < s.eager.median_s or quartiles:
+                if s.compile.median_s * (1 + apart) < s.eager.median_s or quartiles_apart:
                     fallback, base = "compile", s.compile
             sp = (
                 base.median_s / s.candidate.median_s
