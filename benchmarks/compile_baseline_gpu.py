@@ -60,6 +60,7 @@ def _own_forward(cls: type, way: str) -> type:
 def one(path: Path, track: str, rounds: int) -> dict[str, Any]:
     import torch
 
+    from kernelevolve.bench.runner import track_precision
     from kernelevolve.evaluate.inputs import make_inputs, make_model
     from kernelevolve.evaluate.prepared import forward_backward, trainable_inputs
     from kernelevolve.platforms import get_platform
@@ -68,8 +69,7 @@ def one(path: Path, track: str, rounds: int) -> dict[str, Any]:
     spec = load_spec(path)
     module = import_spec_module(path)
     device = torch.device("cuda", 0)
-    precision = "tf32" if track == "tf32" else spec.precision
-    get_platform("cuda").setup(device, precision)
+    get_platform("cuda").setup(device, track_precision(spec, track))  # as `kernelevolve bench --track`
     classes = {way: _own_forward(module.Model, way) for way in WAYS}
     shapes: list[dict[str, Any]] = []
     for shape in spec.shapes:
