@@ -302,3 +302,90 @@ def test_the_tuner_drafts_every_templates_first_preset_before_any_second(tmp_pat
     assert first == [("triton-conv", "ieee"), ("triton-conv-phased", "ieee"),
                      ("triton-conv", "tf32x3"), ("triton-conv-phased", "tf32x3")], first  # fmt: skip
     assert len(bases) == 2 + 2 * 3
+
+
+SAME_PADDING = '''"""Conv1d whose kernel size is a constructor argument, padded to keep the length."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, c: int = 4, kernel_size: int = 3):
+        super().__init__()
+        self.conv = nn.Conv1d(c, c, kernel_size, padding={padding}, dilation={dilation})
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_inputs(batch: int = 2, c: int = 4, length: int = 33, kernel_size: int = 3):
+    return [torch.randn(batch, c, length)]
+
+
+def get_init_inputs(c: int = 4, kernel_size: int = 3):
+    return [c, kernel_size]
+
+
+KERNELEVOLVE = {{"shapes": {{"k3": {{"params": {{"batch": 2, "c": 4, "length": 33, "kernel_size": 3}}}},
+                            "k7": {{"params": {{"batch": 3, "c": 6, "length": 20, "kernel_size": 7}}}}}}}}
+'''
+
+
+def test_same_padding_at_several_kernel_sizes_is_one_graph(tmp_path: Path) -> None:
+    """The suites' conv1d_serving pads `kernel_size // 2` and its shapes differ in kernel size and
+    channels: one graph whose padding is computed from the weight at each call (`ir.SAME`), correct
+    at both shapes, dilated too. Control: a padding fixed at 1 keeps the length only at k = 3, so
+    the shapes stay two graphs (refused)."""
+    from tests.tuner_interp import interpret as run
+
+    cases, params = {}, {}
+    shapes = {"k3": {"batch": 2, "c": 4, "length": 33, "kernel_size": 3},
+              "k7": {"batch": 3, "c": 6, "length": 20, "kernel_size": 7}}  # fmt: skip
+    for name, padding, dilation in (("same", "kernel_size // 2", 1), ("dilated", "kernel_size - 1", 2)):
+        path = tmp_path / f"{name}.py"
+        path.write_text(SAME_PADDING.format(padding=padding, dilation=dilation))
+        graph, why = recognize(load_spec(path))
+        assert graph is not None, why
+        assert graph.conv is not None and graph.conv.padding == (-1,) and graph.conv.in_per_group == 0
+        assert "padding same" in graph.description
+        source = generate(graph, config=SMALL).source
+        for shape, values in shapes.items():
+            cases[f"{name}@{shape}"] = (str(path), source)
+            params[f"{name}@{shape}"] = values
+    assert run(cases, tmp_path, tol=1e-4, params=params) == dict.fromkeys(cases, "ok")
+
+    fixed = tmp_path / "fixed.py"
+    fixed.write_text(SAME_PADDING.format(padding="1", dilation=1))
+    graph, why = recognize(load_spec(fixed))
+    assert graph is None and "traces to a different graph" in why, why
+
+
+@pytest.mark.gpu
+def test_the_suites_conv1d_serving_is_one_candidate_for_its_three_kernel_sizes_on_cuda(
+    tmp_path: Path,
+) -> None:
+    """conv1d_serving (k = 7, 5, 3 with `padding=kernel_size // 2`): one generated candidate, correct
+    against float64 within the strict tolerance at each of the suite's shapes."""
+    import torch
+
+    from kernelevolve.evaluate.correctness import compare, tolerance_for
+    from kernelevolve.spec import call_get_init_inputs, call_get_inputs, import_spec_module
+    from tests.tuner_interp import load_module
+
+    path = Path(__file__).resolve().parents[1] / "suites" / "recsys" / "conv1d_serving.py"
+    spec = load_spec(path)
+    graph, why = recognize(spec)
+    assert graph is not None, why
+    (tmp_path / "cand.py").write_text(generate(graph, precision="strict_fp32").source)
+    cand = load_module(tmp_path / "cand.py", "conv1d_serving_cand")
+    module = import_spec_module(path)
+    for shape in spec.shapes:
+        init = call_get_init_inputs(spec, module, shape)
+        torch.manual_seed(0)
+        ref = module.Model(*init).cuda().double()
+        new = cand.ModelNew(*init).cuda()
+        new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+        (x,) = (t.cuda() for t in call_get_inputs(spec, module, shape))
+        with torch.no_grad():
+            verdict = compare(new(x).double(), ref(x.double()), tolerance_for(torch.float32, "strict_fp32"))
+        assert verdict.passed, (shape.name, verdict.message)

@@ -23,7 +23,7 @@ import torch
 
 from kernelevolve.evaluate.guards import check_source
 from kernelevolve.spec import load_spec
-from kernelevolve.synth.tuner import shape_consts, triton_gemm
+from kernelevolve.synth.tuner import shape_consts, shape_views, triton_gemm
 from kernelevolve.synth.tuner.aten_attention import causal_mask
 from kernelevolve.synth.tuner.ir import GemmInfo, Op, OpGraph, TensorArg
 from kernelevolve.synth.tuner.trace import recognize
@@ -335,6 +335,97 @@ def test_attention_behind_a_projection_reads_its_operands_as_views_the_wrapper_t
     assert got == dict.fromkeys(got, "ok"), got
 
 
+PACKED_BLOCK = '''"""Packed-projection attention whose head count is a constructor argument (as the suites'
+sdpa_mlp_block): each shape gives other views of the projection's output."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        qkv = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        return x + self.proj(y.transpose(1, 2).reshape(b, s, d))
+
+
+def get_inputs(batch: int = 2, seq: int = 20, dim: int = 32, heads: int = 4):
+    return [torch.randn(batch, seq, dim)]
+
+
+def get_init_inputs(dim: int = 32, heads: int = 4):
+    return [dim, heads]
+
+
+KERNELEVOLVE = {{"shapes": {{"a": {{"params": {a}}}, "b": {{"params": {b}}}}}}}
+'''
+SHAPE_A = {"batch": 2, "seq": 20, "dim": 32, "heads": 4}
+SHAPE_B = {"batch": 3, "seq": 12, "dim": 48, "heads": 6}  # head size 8 at both
+
+
+def test_views_of_a_packed_projection_are_sized_from_it_at_each_call(tmp_path: Path, monkeypatch) -> None:
+    """The head count a constructor argument, the width per shape: q, k and v's views (sizes,
+    strides, offsets) are expressions of the projection's sizes (`shape_views`), one graph for both
+    shapes, the flash variant first, every variant correct at both shapes under the interpreter.
+    Control: without the fitting the shapes trace to different graphs (the refusal the suites'
+    sdpa_mlp_block met)."""
+    path = tmp_path / "packed2.py"
+    path.write_text(PACKED_BLOCK.format(a=json.dumps(SHAPE_A), b=json.dumps(SHAPE_B)))
+    graph = _graph(path)
+    views = sorted({t.source for s in graph.stages for t in s.tensors if t.source.startswith("strided:")})
+    assert views == [
+        "strided:r0,r2//24,r1,8:r1*r2,8,r2,1:0:input:1",  # q: [b, heads, s, 8] of [b, s, 3 * dim]
+        "strided:r0,r2//24,r1,8:r1*r2,8,r2,1:r2*2//3:input:1",  # v, two widths in
+        "strided:r0,r2//24,r1,8:r1*r2,8,r2,1:r2//3:input:1",  # k
+    ], views
+    assert variants(graph)[0] == "triton-gemm+triton-flash+fused+fused+triton-gemm"
+    cases, params = {}, {}
+    for template in variants(graph):
+        source = generate(graph, template=template).source
+        for name, shape in (("a", SHAPE_A), ("b", SHAPE_B)):
+            cases[f"{template}@{name}"] = (str(path), source)
+            params[f"{template}@{name}"] = shape
+    got = interpret(cases, tmp_path, tol=1e-5, params=params)
+    assert got == dict.fromkeys(cases, "ok"), got
+
+    import kernelevolve.synth.tuner.trace as trace
+
+    monkeypatch.setattr(trace.shape_views, "unify", lambda graphs: graphs)
+    graph, why = recognize(load_spec(path))
+    assert graph is None and "traces to a different graph" in why, why
+
+
+def test_a_view_whose_sizes_fit_no_product_of_its_roots_is_refused(tmp_path: Path) -> None:
+    """Head counts 4 and 6 at widths 32 and 96 (head sizes 8 and 16): the head count is no fixed
+    fraction of any product of the projection's sizes, so the shapes stay two graphs, refused with
+    the reason."""
+    path = tmp_path / "packed_odd.py"
+    odd = {"batch": 2, "seq": 20, "dim": 96, "heads": 6}
+    path.write_text(PACKED_BLOCK.format(a=json.dumps(SHAPE_A), b=json.dumps(odd)))
+    graph, why = recognize(load_spec(path))
+    assert graph is None
+    assert "products of its root's sizes" in why, why
+
+
+def test_view_numbers_fit_sizes_before_constants_and_products_before_fractions() -> None:
+    roots = [(2, 512, 1536), (4, 1024, 2304)]
+    assert shape_views._fit([512, 1024], roots) == "r1"
+    assert shape_views._fit([64, 64], roots) == "64"
+    assert shape_views._fit([2, 4], roots) == "r0"
+    assert shape_views._fit([512 * 1536, 1024 * 2304], roots) == "r1*r2"
+    assert shape_views._fit([8, 12], roots) == "r2//192"
+    assert shape_views._fit([1024, 1536], roots) == "r2*2//3"
+    assert shape_views._fit([3, 5], roots) is None
+    assert shape_views.expr("r1*r2//3", "t") == "t.shape[1]*t.shape[2]//3"
+
+
 def test_half_precision_attention_is_not_fused(tmp_path: Path) -> None:
     """The flash template takes fp32 q, k and v (its dot knob is for fp32 operands): a bf16 attention
     keeps its stage-by-stage variants."""
@@ -491,3 +582,35 @@ def test_masked_scores_take_3xtf32_and_v_is_copied_keys_contiguous(tmp_path: Pat
     got = interpret(cases, tmp_path, tol=1e-5)
     assert got.pop("copy1-unviewed") != "ok", got
     assert got == dict.fromkeys(got, "ok"), got  # copy0-unviewed: without the knob nothing is copied
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["tf32", "strict_fp32"])
+def test_the_suites_sdpa_mlp_block_takes_the_flash_kernel_at_each_of_its_shapes_on_cuda(
+    precision: str, tmp_path: Path
+) -> None:
+    """One candidate for the block's three shapes (8, 12 and 16 heads, the views sized from the
+    projection at each call): its flash variant at the default config is inside the precision's
+    tolerance against float64 at every shape."""
+    from kernelevolve.evaluate.correctness import compare, tolerance_for
+    from kernelevolve.spec import call_get_init_inputs, call_get_inputs, import_spec_module
+    from tests.tuner_interp import load_module
+
+    path = SUITES / "llm" / "sdpa_mlp_block.py"
+    spec = load_spec(path)
+    graph = _graph(path)
+    template = variants(graph)[0]
+    assert "triton-flash" in template, variants(graph)
+    (tmp_path / "cand.py").write_text(generate(graph, template=template, precision=precision).source)
+    cand = load_module(tmp_path / "cand.py", f"sdpa_block_{precision}")
+    module = import_spec_module(path)
+    for shape in spec.shapes:
+        init = call_get_init_inputs(spec, module, shape)
+        torch.manual_seed(0)
+        ref = module.Model(*init).cuda().double()
+        new = cand.ModelNew(*init).cuda()
+        new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+        (x,) = (t.cuda() for t in call_get_inputs(spec, module, shape))
+        with torch.no_grad():
+            verdict = compare(new(x).double(), ref(x.double()), tolerance_for(torch.float32, precision))
+        assert verdict.passed, (shape.name, verdict.message)

@@ -35,16 +35,20 @@ def load(path, name):
 _RUNNER = (
     SCRIPT_LOAD
     + r"""
+import inspect
 options = json.load(open(sys.argv[1]))
 results = {}
 for i, case in enumerate(options["cases"]):
     try:
         ref_mod, cand = load(case["spec"], f"interp_spec_{i}"), load(case["candidate"], f"interp_cand_{i}")
+        params = case.get("params", {})  # a spec shape's params, passed as the harness passes them
+        init_fn = getattr(ref_mod, "get_init_inputs", lambda: [])  # takes the params it names
+        init = init_fn(**{k: v for k, v in params.items() if k in inspect.signature(init_fn).parameters})
         torch.manual_seed(0)
-        ref = ref_mod.Model()
-        new = cand.ModelNew()
+        ref = ref_mod.Model(*init)
+        new = cand.ModelNew(*init)
         new.load_state_dict(ref.state_dict())
-        inputs = ref_mod.get_inputs()
+        inputs = ref_mod.get_inputs(**params)
         with torch.no_grad():
             want, got = ref(*inputs), new(*inputs)
         assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
@@ -60,12 +64,18 @@ json.dump(results, open(sys.argv[2], "w"))
 
 
 def interpret(
-    generated: dict[str, tuple[str, str]], tmp: Path, tol: float, nan_marker: str = ""
+    generated: dict[str, tuple[str, str]],
+    tmp: Path,
+    tol: float,
+    nan_marker: str = "",
+    params: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, str]:
     """Each case id -> "ok" or why not. `generated`: id -> (spec path, candidate source). Every source
     must pass the harness's static guard as a GPU candidate (what the harness refuses before running
     it), outputs must match within `tol` (NaN where the reference has NaN), and the reference must
-    produce a NaN exactly in the cases whose id contains `nan_marker` (none without one)."""
+    produce a NaN exactly in the cases whose id contains `nan_marker` (none without one). `params`:
+    a case id -> a spec shape's params, passed to the spec's get_init_inputs and get_inputs as the
+    harness does (the functions' defaults without)."""
     cases = []
     refused: dict[str, str] = {}
     for i, (case, (spec, source)) in enumerate(generated.items()):
@@ -74,7 +84,8 @@ def interpret(
             refused[case] = f"guard: {report.syntax_error or '; '.join(str(v) for v in report.violations)}"
             continue
         (tmp / f"cand_{i}.py").write_text(source)
-        cases.append({"id": case, "spec": spec, "candidate": str(tmp / f"cand_{i}.py")})
+        cases.append({"id": case, "spec": spec, "candidate": str(tmp / f"cand_{i}.py"),
+                      "params": dict((params or {}).get(case, {}))})  # fmt: skip
     (tmp / "cases.json").write_text(json.dumps({"cases": cases, "tol": tol, "nan_marker": nan_marker}))
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(

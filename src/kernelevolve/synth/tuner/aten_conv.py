@@ -5,7 +5,9 @@ over 1, 2 or 3 spatial dims, grouped or transposed, with an optional bias per ou
 may follow it, in `aten_map`) of an input and a weight as given (batched, not reshaped), its result
 the output's shape. It records the `ConvInfo` (stride, padding, dilation and a transposed one's
 output padding per spatial dim), the implicit GEMM's sizes (groups, M, N and K per group) and the
-result's shape.
+result's shape. `unify_same_padding` lets a spec whose shapes differ in kernel size with SAME
+padding (`padding=kernel_size // 2`, the suites' conv1d_serving) trace to one graph: the padding is
+then computed from the weight at each call (`ir.SAME`).
 
 Deliberately not here: the walk and the epilogue (`aten_map`), the kernel (`triton_conv`), string
 padding ("same"), a pooling, reduction or reshape after the convolution (a staged pipeline's next
@@ -14,10 +16,11 @@ stage), compute before it. They raise `Unsupported` with the reason.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from kernelevolve.synth.tuner.aten_values import MapperCore, Unsupported, _numel, _Val
-from kernelevolve.synth.tuner.ir import ConvInfo
+from kernelevolve.synth.tuner.ir import SAME, ConvInfo, OpGraph
 
 
 class ConvMapping:
@@ -77,11 +80,44 @@ class ConvMapping:
         self.conv = ConvInfo(
             x.leaf, w.leaf, dims, stride_t, padding_t, dilation_t, groups=g, bias=bias_name,
             transposed=bool(transposed), output_padding=output_padding_t if transposed else (),
-            in_per_group=in_per_group,
+            in_per_group=in_per_group, kernel=tuple(int(k) for k in w.shape[2:]),
         )  # fmt: skip
         self.conv_sizes = (g, shape[0] * positions, shape[1] // g, in_per_group * _numel(w.shape[2:]))
         self.main_shape = shape
         return _Val("acc", "full", shape)
 
 
-__all__ = ["ConvMapping"]
+def unify_same_padding(graphs: list[OpGraph]) -> list[OpGraph]:
+    """`graphs` (one per spec shape) where each convolution that differs between them only in its
+    padding, kept SAME at every shape (dilation * (K - 1) // 2 of that shape's kernel size K), and its
+    input channels per group, takes a padding of `SAME` (the wrapper computes it from the weight at
+    each call) and an unknown `in_per_group` where that differs; the graphs as they are otherwise."""
+    if len(graphs) < 2:
+        return graphs
+    nodes = [[g, *g.stages] for g in graphs]
+    if len({len(n) for n in nodes}) != 1:
+        return graphs
+    for j in range(len(nodes[0])):
+        infos = [n[j].conv for n in nodes]
+        first = infos[0]
+        if first is None or first.transposed or all(c == first for c in infos):
+            continue
+        if any(c is None or replace(c, padding=first.padding, in_per_group=first.in_per_group) != first
+               for c in infos):  # fmt: skip
+            continue
+        if not all(_is_same(c) for c in infos if c is not None):
+            continue
+        per_group = first.in_per_group if all(c.in_per_group == first.in_per_group for c in infos if c) else 0
+        for n, c in zip(nodes, infos, strict=True):
+            assert c is not None
+            n[j] = replace(n[j], conv=replace(c, padding=(SAME,) * c.dims, in_per_group=per_group))
+    return [replace(n[0], stages=n[1:]) if n[1:] else n[0] for n in nodes]
+
+
+def _is_same(c: ConvInfo) -> bool:
+    return len(c.kernel) == c.dims and all(
+        p == d * (k - 1) // 2 for p, d, k in zip(c.padding, c.dilation, c.kernel, strict=True)
+    )
+
+
+__all__ = ["ConvMapping", "unify_same_padding"]

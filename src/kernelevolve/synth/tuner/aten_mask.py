@@ -28,7 +28,9 @@ transposed to [B, H, T, D]) reads its operands as permuted views of the projecti
   .view(B, T, C)`).
 
 These sources embed sizes, so a spec whose shapes slice, broadcast or permute differently traces to
-different graphs (refused as such). The CPU generator does not read them (`c_codegen` refuses them).
+different graphs: the views' numbers are fitted to their root's sizes where they can be (`shape_views`,
+which reads the root's traced sizes that `materialize` records as `shaped:<sizes>:<root>`), the rest
+refused as such. The CPU generator does not read them (`c_codegen` refuses them).
 
 Deliberately not here: reading a broadcast tensor in place (a layout indexed modulo its size, which
 would need every template's indexing), slices with a step, slices of computed values.
@@ -39,6 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from kernelevolve.synth.tuner import shape_views
 from kernelevolve.synth.tuner.aten_graph import op_name
 from kernelevolve.synth.tuner.aten_values import _numel, _pad, _Val
 
@@ -118,12 +121,15 @@ def materialize(m: Any, x: _Val, node: Any) -> _Val | None:
         return None
     source = m.leaf_source[x.leaf][0]
     while source.startswith(("slice:", "strided:")):  # the traced strides are the root's
-        source = source.split(":", 4)[4]
+        source = _strip_shaped(source.split(":", 4)[4])
     if source.partition(":")[0] not in ("input", "param"):
         return None
     shape, stride = tuple(val.shape), tuple(val.stride())
     name = f"{x.leaf}_v{len(m.leaf_source)}"
-    made = f"strided:{_csv(shape)}:{_csv(stride)}:{val.storage_offset()}:{source}"
+    # The root's traced sizes go with the view (`shaped:`): `shape_views` fits the view's numbers to
+    # them where a spec's shapes trace to different views.
+    root = f"shaped:{_csv(tuple(base.shape))}:{source}"
+    made = f"strided:{_csv(shape)}:{_csv(stride)}:{val.storage_offset()}:{root}"
     m.leaf_source[name] = (made, shape, m.leaf_source[x.leaf][2])
     return _Val(None, "leaf", shape, leaf=name)
 
@@ -143,14 +149,33 @@ def reshaped_leaf(m: Any, x: _Val, shape: tuple[int, ...]) -> _Val | None:
 
 def view_expr(source: str, inner: Any) -> str:
     """The wrapper's expression for a `strided:` or `reshape:` source; `inner(source)` writes the one
-    it reads."""
+    it reads. Sizes, strides and offsets are numbers, or expressions of the root's sizes
+    (`shape_views`), read from the root at the call."""
     kind, _, rest = source.partition(":")
     if kind == "reshape":
         dims, what = rest.split(":", 1)
+        if "r" in dims:  # sizes of the strided view's root
+            base = inner(_root_of(what))
+            dims = ",".join(shape_views.expr(d, base) for d in dims.split(","))
         return f"{inner(what)}.reshape({dims},)"
     dims, strides, offset, what = rest.split(":", 3)
-    root = f"{inner(what)}.contiguous()"
-    return f"torch.as_strided({root}, ({dims},), ({strides},), {root}.storage_offset() + {int(offset)})"
+    base = inner(_strip_shaped(what))
+    root = f"{base}.contiguous()"
+    dims, strides = (",".join(shape_views.expr(v, base) for v in f.split(",")) for f in (dims, strides))
+    offset = shape_views.expr(offset, base)
+    return f"torch.as_strided({root}, ({dims},), ({strides},), {root}.storage_offset() + {offset})"
+
+
+def _strip_shaped(source: str) -> str:
+    """A root source without its recorded sizes (`shaped:<sizes>:<root>`, see `materialize`)."""
+    return source.split(":", 2)[2] if source.startswith("shaped:") else source
+
+
+def _root_of(source: str) -> str:
+    """The root a `strided:` source (or a reshape of one) views."""
+    while source.startswith(("strided:", "reshape:")):
+        source = source.split(":", 4)[4] if source.startswith("strided:") else source.split(":", 2)[2]
+    return _strip_shaped(source)
 
 
 # Ops whose result shares its input's storage: a materialized view's strides are its root's.

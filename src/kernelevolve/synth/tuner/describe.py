@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from kernelevolve.synth.tuner.ir import OpGraph
+from kernelevolve.synth.tuner.ir import SAME, OpGraph
 
 
 def describe(g: OpGraph) -> str:
@@ -22,7 +22,8 @@ def describe(g: OpGraph) -> str:
         groups = f", groups {c.groups}" if c.groups > 1 else ""
         bias = " + bias" if c.bias else ""
         epi = f", epilogue: {names}" if names else ""
-        return f"conv{c.dims}d (stride {list(c.stride)}, padding {list(c.padding)}, dilation {list(c.dilation)}{groups}){bias}{epi}"
+        pad = "same" if SAME in c.padding else list(c.padding)
+        return f"conv{c.dims}d (stride {list(c.stride)}, padding {pad}, dilation {list(c.dilation)}{groups}){bias}{epi}"
     if g.pattern == "pool" and g.pool is not None:
         q = g.pool
         dilation = f", dilation {list(q.dilation)}" if q.kind == "max" else ""

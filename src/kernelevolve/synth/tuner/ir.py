@@ -134,12 +134,17 @@ class GemmInfo:
     a_layout: Literal["mk", "km"] = "mk"  # "km": a given as [K, M] (a transposed view), read via strides
 
 
+SAME = -1  # a convolution's padding that keeps the size: dilation * (kernel size - 1) // 2 (ConvInfo)
+
+
 @dataclass(frozen=True)
 class ConvInfo:
     """acc = convolution(x, w) (+ bias[c]) over `dims` spatial dims (1, 2 or 3): x [N, C_in, *S],
     w [C_out, C_in / groups, *K] (a parameter; [C_in, C_out / groups, *K] where `transposed`), bias
     [C_out]; per spatial dim its stride, padding, dilation (and a transposed one's output padding),
-    as torch's `aten.convolution` takes them."""
+    as torch's `aten.convolution` takes them. A padding of SAME (-1) is dilation * (K - 1) // 2 of
+    the weight's kernel size K at each call: a spec whose shapes differ in kernel size (the suites'
+    conv1d_serving, `padding=kernel_size // 2`)."""
 
     x: str
     w: str
@@ -152,6 +157,9 @@ class ConvInfo:
     transposed: bool = False
     output_padding: tuple[int, ...] = ()
     in_per_group: int = 0  # C_in / groups (0: not known); 1 with groups > 1 is a depthwise convolution
+    # The weight's kernel size per spatial dim as traced (not compared: it may differ per spec shape
+    # where the padding is SAME, `aten_conv.unify_same_padding`).
+    kernel: tuple[int, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,9 @@ from typing import Any
 
 from kernelevolve import pyast
 from kernelevolve.spec import ShapeSpec, Spec, call_get_init_inputs, call_get_inputs, import_spec_module
-from kernelevolve.synth.tuner import shape_consts
+from kernelevolve.synth.tuner import shape_consts, shape_views
 from kernelevolve.synth.tuner.aten_attention import rewrite_attention
+from kernelevolve.synth.tuner.aten_conv import unify_same_padding
 from kernelevolve.synth.tuner.aten_map import Unsupported
 from kernelevolve.synth.tuner.aten_merge import split_merged_reductions
 from kernelevolve.synth.tuner.aten_route import mapper_for
@@ -57,6 +58,10 @@ def recognize(spec: Spec) -> tuple[OpGraph | None, str]:
         if any(_structure(g) != _structure(graphs[0]) for g in graphs[1:]):
             graphs = _without_unit_dims(spec, module, graphs, [shapes for _, shapes in traced])
         if any(_structure(g) != _structure(graphs[0]) for g in graphs[1:]):
+            # Views whose sizes depend on the shape (heads split out of a packed projection).
+            graphs = shape_views.unify(graphs)
+            graphs = unify_same_padding(graphs)  # a convolution's SAME padding at several kernel sizes
+        if any(_structure(g) != _structure(graphs[0]) for g in graphs[1:]):
             # A constant computed from a size (attention's 1/sqrt(head dim)): made from it at each call.
             unified = shape_consts.unify(graphs, [shapes for _, shapes in traced])
             if unified is not None and all(_structure(g) == _structure(unified[0]) for g in unified[1:]):
@@ -69,7 +74,8 @@ def recognize(spec: Spec) -> tuple[OpGraph | None, str]:
                 )
                 raise Unsupported(
                     f"shape {differs.name!r} traces to a different graph than {spec.shapes[0].name!r} "
-                    "(a constant or an op depends on the shape, and not as a power of one of the inputs' sizes)"
+                    "(a constant or an op depends on the shape, and not as a power of one of the inputs' sizes, "
+                    "or a view's sizes depend on it otherwise than as products of its root's sizes)"
                 )
         graph = graphs[0]
         for g in graphs[1:]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelevolve.synth.tuner.ir import ConvInfo, Op, OpGraph, TensorArg
+from kernelevolve.synth.tuner.ir import SAME, ConvInfo, Op, OpGraph, TensorArg
 from kernelevolve.synth.tuner.triton_common import (
     DOT_CHOICES,
     HALF_DTYPES,
@@ -277,6 +277,14 @@ def forward_head(c: Conv) -> list[str]:
         f"_groups = {ci.groups}",
         f"_cout = {lw}.shape[1] * _groups" if ci.transposed else f"_cout = {lw}.shape[0]",
         f"_stride, _padding, _dilation = {stride!r}, {padding!r}, {dilation!r}",
+        *(  # SAME padding: from the weight's kernel size at each call
+            [
+                "_padding = tuple(d * (k - 1) // 2 if p < 0 else p",
+                "                 for p, d, k in zip(_padding, _dilation, (_KD, _KH, _KW)))",
+            ]
+            if any(p == SAME for p in padding)
+            else []
+        ),
         *(
             [
                 "_OD, _OH, _OW = ((s - 1) * st - 2 * p + d * (k - 1) + op + 1 for s, p, d, k, st, op in zip(",
