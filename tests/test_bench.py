@@ -958,3 +958,71 @@ def test_a_run_granted_the_whole_device_waits_for_its_memory_to_come_back(
     schedule(one, 1, cpu_settings(tmp_path), None, per_device=2, demand=lambda i: (70 * gib, 70 * gib),
              memory=never_back)  # fmt: skip
     assert [share for _, share, _ in seen] == [1.0] and 1.0 <= time.monotonic() - t < 5
+
+
+def test_specs_start_longest_first_where_their_times_are_known(tmp_path: Path) -> None:
+    """A bench of several specs at once ends when its longest spec does, so the long ones start
+    first: unknown specs as listed, then the known ones longest first; from a bench document
+    (`--order-from`) or the workspace's earlier benches."""
+    rels = ["llm/a.py", "llm/b.py", "recsys/c.py", "recsys/d.py"]
+    assert runner.start_order(rels, {}) == [0, 1, 2, 3]
+    assert runner.start_order(rels, {"a": 10.0, "c": 700.0, "d": 300.0}) == [1, 2, 3, 0]
+
+    doc = {"report": {"results": [{"name": "c", "path": "/x/recsys/c.py", "wall_s": 700.0},
+                                  {"name": "a", "path": "/x/llm/a.py", "wall_s": 10.0},
+                                  {"name": "b", "path": "/x/llm/b.py", "wall_s": None}]}}  # fmt: skip
+    (tmp_path / "record.json").write_text(json.dumps(doc))
+    assert runner.walls_in(tmp_path / "record.json") == {"c": 700.0, "a": 10.0}
+    (tmp_path / "bench.json").write_text(json.dumps(doc["report"]))  # `kernelevolve bench --json`
+    assert runner.walls_in(tmp_path / "bench.json") == {"c": 700.0, "a": 10.0}
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(runner.WorkspaceError, match="no bench results"):
+        runner.walls_in(tmp_path / "other.json")
+
+    with Workspace.open(tmp_path / "ws") as ws:
+        old = ws.create_bench("k1", str(tmp_path), {})
+        ws.put_bench_item(old, "llm/b.py", 1, "b", status="done", result={"wall_s": 50.0})
+        ws.put_bench_item(old, "recsys/d.py", 3, "d", status="done", result={"wall_s": 900.0})
+        ws.put_bench_item(old, "llm/a.py", 0, "a", status="pending", result={"wall_s": 5000.0})  # unfinished
+        assert runner.known_walls(ws) == {"b": 50.0, "d": 900.0}
+
+
+def test_the_schedule_starts_specs_in_the_order_given(tmp_path: Path) -> None:
+    from kernelevolve.bench.schedule import schedule as _schedule
+    from tests.conftest import cpu_settings
+
+    one, calls = _recording(0.01)
+    _schedule(one, 4, cpu_settings(tmp_path), None, order=[2, 0, 3, 1])
+    assert [i for i, *_ in calls] == [2, 0, 3, 1]
+    one, calls = _recording(0.05)
+    _schedule(one, 3, cpu_settings(tmp_path), None, per_device=3, order=[2, 1, 0])
+    assert [i for i, _, start, *_ in sorted(calls, key=lambda c: c[2])] == [2, 1, 0]  # started in turn
+    with pytest.raises(ValueError, match="not an ordering"):
+        _schedule(one, 3, cpu_settings(tmp_path), None, order=[0, 0, 1])
+
+
+def test_a_bench_runs_its_specs_longest_first_by_a_document(tmp_path: Path, monkeypatch: Any) -> None:
+    from kernelevolve import optimize
+    from kernelevolve.search.limits import Limits
+    from kernelevolve.search.policies import SearchConfig
+    from kernelevolve.synth import SynthConfig
+    from tests.conftest import cpu_settings
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name in ("ew_chain", "ew_flat", "softmax"):
+        shutil.copy(SPECS / f"{name}.py", suite / f"{name}.py")
+    started: list[str] = []
+
+    def drive(run_id: str, workspace: Path, *_: Any, **__: Any) -> Any:
+        with Workspace.open(workspace) as ws:
+            started.append(Path(ws.run(run_id)["spec_path"]).stem)
+        return {"run_id": run_id, "stop_reason": "candidate budget reached"}
+
+    monkeypatch.setattr(optimize, "drive", drive)
+    doc = tmp_path / "before.json"
+    doc.write_text(json.dumps({"results": [{"name": "ew_chain", "path": "ew_chain.py", "wall_s": 5.0},
+                                           {"name": "softmax", "path": "softmax.py", "wall_s": 90.0}]}))  # fmt: skip
+    args = (SearchConfig(), Limits(budget=1), SynthConfig(name="tuner"))
+    runner.run_bench(suite, cpu_settings(tmp_path), *args, order_from=doc)
+    assert started == ["ew_flat", "softmax", "ew_chain"]

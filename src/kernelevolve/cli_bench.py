@@ -176,6 +176,13 @@ def bench(
             "1 on the CPU, on a GPU one per 4 of its host cores (the host's over the devices) up to 4."
         ),
     ] = None,
+    order_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="A bench document (--json) whose run times order the specs, longest first; "
+            "default: the times of this workspace's earlier benches."
+        ),
+    ] = None,
     workers: Annotated[int | None, typer.Option(help="Candidates evaluated at once (0: auto).")] = None,
     timing_budget: Annotated[float | None, typer.Option(help="Seconds of timing per shape.")] = None,
     max_usd: Annotated[float | None, typer.Option(help="USD budget per op (model synthesizers).")] = None,
@@ -222,7 +229,8 @@ def bench(
 
             require_price(synth, limits.max_usd, settings)  # once here, not once per spec's run
         doc = run_bench(directory, settings, search, limits, synth, track=track, fresh=fresh, only=only, redo=redo,
-                        devices=_devices(devices), per_device=per_device, on_event=_bench_progress())  # fmt: skip
+                        devices=_devices(devices), per_device=per_device, order_from=order_from,
+                        on_event=_bench_progress())  # fmt: skip
     except KernelevolveError as exc:
         fail(exc, as_json)
         return

@@ -151,15 +151,20 @@ def schedule(
     demand: Demand | None = None,
     memory: Memory | None = None,
     stage: Callable[[int], bool] | None = None,
+    order: Sequence[int] | None = None,
 ) -> None:
     """Call `one(i, settings)` for every spec: in order on one device, or `per_device` specs per device
     at a time; with `demand` and `memory` (a GPU), by each device's memory (see the module docstring).
     `stage(i)`, where given, is asked first, before any memory is granted: False for a spec that needs
-    no run (its cached result, or its load error, already reported)."""
+    no run (its cached result, or its load error, already reported). `order`: the indices in the
+    order they start (0, 1, .. by default)."""
     devices = list(devices) if devices else [settings.device]
+    queue = list(order) if order is not None else list(range(count))
+    if sorted(queue) != list(range(count)):
+        raise ValueError(f"order {queue} is not an ordering of the {count} specs")
     if len(devices) == 1 and per_device == 1:
         one_settings = pinned(settings, devices[0], 1)
-        for i in range(count):
+        for i in queue:
             if stage is None or stage(i):
                 one(i, one_settings)
         return
@@ -171,7 +176,6 @@ def schedule(
                 free, total = reading
                 usable = int(USABLE * min(free, total))
                 ledgers[d] = DeviceMemory(usable=usable, total=total, fair=usable // per_device)
-    queue = list(range(count))
     lock = threading.Lock()
     stop = threading.Event()
     errors: list[BaseException] = []
