@@ -444,3 +444,20 @@ def test_a_main_ops_result_viewed_with_unit_dims_is_returned_so_viewed(tmp_path:
         assert (graph.pattern, graph.out_view) == (pattern, view)
         generated[name] = (str(path), generate(graph).source)
     assert interpret(generated, tmp_path, tol=1e-4) == dict.fromkeys(cases, "ok")
+
+
+def test_a_pipeline_drafts_every_stage_at_its_first_preset_together_first() -> None:
+    """At strict fp32 a GEMM stage's first preset is its fast dot (3xTF32): the suites' sdpa_mlp_block
+    (four GEMM stages beside the flash kernel) drafts all four at it together before each alone,
+    where before its search ended with three of them at IEEE (0.60x of torch.compile, H200)."""
+    from kernelevolve.synth.tuner.triton_codegen import generate, variants
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "suites" / "llm" / "sdpa_mlp_block.py")
+    graph, why = recognize(spec)
+    assert graph is not None, why
+    generated = generate(graph, template=variants(graph)[0], precision="strict_fp32")
+    gemms = ["s0_DOT", "s4_DOT", "s5_DOT", "s6_DOT"]
+    assert [generated.config[k] for k in gemms] == ["ieee"] * 4  # the defaults
+    first, *alone = generated.drafts
+    assert [first[k] for k in gemms] == ["tf32x3"] * 4
+    assert alone and all(sum(d[k] == "tf32x3" for k in gemms) <= 1 for d in alone)  # one stage's preset each
