@@ -823,3 +823,43 @@ def test_the_proposals_for_fixed_inputs_and_seeds_are_pinned() -> None:
                  "towards the fastest sibling", "two neighbouring steps", "applied skill/", "step back",
                  "after a failure", "crossover", "exhausted"):  # fmt: skip
         assert kind in said, kind
+
+
+SMEM_MESSAGE = (
+    "first call at shape 'prefill': OutOfResources: out of resource: shared memory, Required: 262144, "
+    "Hardware limit: 232448. Reducing block sizes or `num_stages` may help. (candidate line {line})"
+)
+
+
+def test_a_parent_out_of_shared_memory_gets_its_failing_kernel_a_step_smaller(spec: Spec) -> None:
+    """A kernel that needed more shared memory than a block has is tried again with its pipeline one
+    stage shorter, then its blocks one step smaller (largest first): the knobs of the stage whose
+    function launched it (the message's candidate line), the other stage's left alone. Another
+    failure steps back as before (the control)."""
+    src = SEED.replace(
+        'TUNABLES = {"a": [1, 2], "b": ["x", "y"]}',
+        'TUNABLES = {"s0_BLOCK_M": [64, 128], "s0_num_stages": [1, 2], '
+        '"s1_BLOCK_M": [32, 64, 128], "s1_BLOCK_N": [32, 64, 128], "s1_num_stages": [1, 2, 3]}',
+    )
+    src = src.replace(
+        'CONFIG = {"a": 1, "b": "x"}',
+        'CONFIG = {"s0_BLOCK_M": 128, "s0_num_stages": 2, "s1_BLOCK_M": 64, "s1_BLOCK_N": 128, "s1_num_stages": 3}',
+    )
+    src += "\n\ndef _stage0(self, x):\n    return x\n\n\ndef _stage1(self, x):\n    return x  # launches\n"
+    line = next(i for i, text in enumerate(src.splitlines(), 1) if "# launches" in text)
+    _, default = declared(src)
+    bad = node(2, src, default, fitness=0.0, status="runtime_error")
+    bad.message = SMEM_MESSAGE.format(line=line)
+    seen, tried = [], {candidate_hash(bad.source or "")}
+    for _ in range(4):
+        p = fresh_tuner(spec).propose(task(spec, "inherit", [bad], tried=tried), NoTools())
+        assert p.note.startswith("smaller"), p.note
+        cfg = config_of(p)
+        assert cfg["s0_BLOCK_M"] == 128 and cfg["s0_num_stages"] == 2  # the other stage's kernel
+        seen.append((cfg["s1_num_stages"], cfg["s1_BLOCK_N"], cfg["s1_BLOCK_M"]))
+        tried.add(candidate_hash(p.source or ""))
+    assert seen == [(2, 128, 64), (3, 64, 64), (3, 128, 32), (2, 64, 64)], seen
+
+    bad.message = "first call at shape 'prefill': RuntimeError: CUDA error: an illegal memory access"
+    p = fresh_tuner(spec).propose(task(spec, "inherit", [bad]), NoTools())
+    assert not p.note.startswith("smaller"), p.note

@@ -18,8 +18,9 @@ What each kind of task gets (the moves themselves are `moves.py`'s):
 - two parents: uniform crossover of their configs where the tunables match, else a mutation;
 - a failed parent steps back towards its own parent's config, after (where it ran but was outside the
   tolerance) its products made one step more precise (`moves.more_precise_configs`: Triton's
-  truncating TF32 dot, then one that rounds a, both, 3xTF32, IEEE); a parent without tunables gets
-  a seed.
+  truncating TF32 dot, then one that rounds a, both, 3xTF32, IEEE), or (where a kernel needed more
+  shared memory than a block has) that kernel made a step smaller (`moves.smaller_configs`); a
+  parent without tunables gets a seed.
 Every answer avoids `task.tried` (hashes of sources already in the tree) and whatever this tuner has
 proposed before; when no untried configuration is left, the answer is `exhausted`. A configuration
 the tuner makes never holds a tile over `tunables.THREAD_TILE_LIMIT` elements per thread (where the
@@ -260,8 +261,9 @@ class _Step:
         return self.random_config(parent, own, mode)
 
     def step_back(self, parent: NodeView, own: Declared) -> Proposal:
-        """The parent failed: where it was only incorrect, its products made more precise; else (or
-        where none is left to try) undo one of the changes that led to it, plus a neighbouring step."""
+        """The parent failed: where it was only incorrect, its products made more precise; where a
+        kernel ran out of shared memory, that kernel a step smaller; else (or where none is left to
+        try) undo one of the changes that led to it, plus a neighbouring step."""
         space, config = own
         assert parent.source is not None
         if parent.status == "incorrect":  # it ran, outside the tolerance: a more precise dot first
@@ -272,6 +274,16 @@ class _Step:
                     source,
                     f"more precise {_change(config, cfg)}",
                     f"#{parent.id} was outside the tolerance; a more precise product: {_change(config, cfg)}",
+                )
+        prefix = mv.failing_prefix(parent.message or "", parent.source)
+        if prefix is not None:  # out of shared memory: the failing kernel a step smaller
+            found = self.first_to_try(parent.source, mv.smaller_configs(space, config, prefix))
+            if found is not None:
+                source, cfg = found
+                return self.ok(
+                    source,
+                    f"smaller {_change(config, cfg)}",
+                    f"#{parent.id} needed more shared memory than a block has; smaller: {_change(config, cfg)}",
                 )
         before = next((n for n in self.task.history if n.id == parent.parent), None)
         earlier = mv.declared(before) if before is not None else None

@@ -16,6 +16,9 @@ a configuration it has not tried:
   and one along the lineage;
 - `more_precise_configs`: a parent that ran but failed the tolerance gets its precision knobs (a `DOT`
   of `tl.dot` precisions, PRECISION_ORDER) one step more precise first, all together, then singly;
+- `smaller_configs`: a parent that needed more shared memory than a block has (Triton's
+  `OutOfResources`) gets the failing kernel's pipeline one stage shorter, then each of its blocks
+  one step smaller, largest first;
 - `step_back_configs`: what a failed parent suggests: undo one tunable it changed from its own parent,
   alone, then with a neighbouring step;
 - `crossover_configs`: uniform crossover of two parents over the tunables they share.
@@ -31,6 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -289,6 +293,54 @@ def more_precise_configs(space: Space, config: Config) -> Iterator[Config]:
         yield {**config, key: value}
 
 
+# Triton's compile error for a kernel whose shared memory is above the block's limit, as the harness
+# reports it with the line of the candidate that launched it ("(candidate line 139)").
+SMEM_FAILURE = re.compile(r"out of resource: shared memory, Required: (\d+), Hardware limit: (\d+)")
+_LAUNCH_LINE = re.compile(r"\(candidate line (\d+)\)")
+_STAGE_FUNCTION = re.compile(r"^\s*def _stage(\d+)\(")
+
+
+def failing_prefix(message: str, source: str) -> str | None:
+    """For a pipeline's candidate whose kernel ran out of shared memory, the knob prefix (`s<k>_`) of
+    the stage whose function launched it (the `_stage<k>` the message's candidate line is in); ""
+    for a kernel of no stage; None where the message is not a shared-memory failure."""
+    if not SMEM_FAILURE.search(message):
+        return None
+    line = _LAUNCH_LINE.search(message)
+    if line is None:
+        return ""
+    lines = source.splitlines()[: int(line.group(1))]
+    stage = next((m.group(1) for text in reversed(lines) if (m := _STAGE_FUNCTION.match(text))), None)
+    return "" if stage is None else f"s{stage}_"
+
+
+def smaller_configs(space: Space, config: Config, prefix: str = "") -> Iterator[Config]:
+    """For a parent that needed more shared memory than a block has: the kernel's (the knobs that
+    start with `prefix`) num_stages one choice lower, then each BLOCK knob one choice lower, the
+    largest block first, then both together. The flash kernel's SMEM fits no formula the tuner could
+    check before compiling (issue K: 34 of the suites' attention candidates failed so at head dim
+    128 in one run); a shared-memory failure then costs a node but points at its neighbour that fits."""
+
+    def lower(key: str) -> Any:
+        choices = space[key]
+        if not _numeric(choices):
+            return None
+        below = [c for c in choices if c < config[key]]
+        return max(below) if below else None
+
+    mine = [k for k in space if k.startswith(prefix) and k in config]
+    stages = [k for k in mine if k.endswith("num_stages") and lower(k) is not None]
+    blocks = sorted(
+        (k for k in mine if k.removeprefix(prefix).startswith("BLOCK") and lower(k) is not None),
+        key=lambda k: -config[k],
+    )
+    for key in stages + blocks:
+        yield {**config, key: lower(key)}
+    for st in stages:
+        for key in blocks:
+            yield {**config, st: lower(st), key: lower(key)}
+
+
 def step_back_configs(rng: random.Random, space: Space, config: Config, before: Config) -> Iterator[Config]:
     """From a failed node's `config` back towards its parent's (`before`): one tunable that changed
     reverted (in a random order of tunables), first alone, then with each neighbouring step in a
@@ -339,12 +391,14 @@ __all__ = [
     "crossover_configs",
     "declared",
     "direction_scores",
+    "failing_prefix",
     "mutation_plans",
     "prior",
     "random_configs",
     "shared_tunables",
     "single_moves",
     "skill_configs",
+    "smaller_configs",
     "split_history",
     "step_back_configs",
     "toward_best",
