@@ -366,26 +366,13 @@ def test_the_suites_conv1d_serving_is_one_candidate_for_its_three_kernel_sizes_o
 ) -> None:
     """conv1d_serving (k = 7, 5, 3 with `padding=kernel_size // 2`): one generated candidate, correct
     against float64 within the strict tolerance at each of the suite's shapes."""
-    import torch
-
-    from kernelevolve.evaluate.correctness import compare, tolerance_for
-    from kernelevolve.spec import call_get_init_inputs, call_get_inputs, import_spec_module
-    from tests.tuner_interp import load_module
+    from tests.tuner_interp import cuda_verdicts
 
     path = Path(__file__).resolve().parents[1] / "suites" / "recsys" / "conv1d_serving.py"
-    spec = load_spec(path)
-    graph, why = recognize(spec)
+    graph, why = recognize(load_spec(path))
     assert graph is not None, why
-    (tmp_path / "cand.py").write_text(generate(graph, precision="strict_fp32").source)
-    cand = load_module(tmp_path / "cand.py", "conv1d_serving_cand")
-    module = import_spec_module(path)
-    for shape in spec.shapes:
-        init = call_get_init_inputs(spec, module, shape)
-        torch.manual_seed(0)
-        ref = module.Model(*init).cuda().double()
-        new = cand.ModelNew(*init).cuda()
-        new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
-        (x,) = (t.cuda() for t in call_get_inputs(spec, module, shape))
-        with torch.no_grad():
-            verdict = compare(new(x).double(), ref(x.double()), tolerance_for(torch.float32, "strict_fp32"))
-        assert verdict.passed, (shape.name, verdict.message)
+    (tmp_path / "conv1d_cand.py").write_text(generate(graph, precision="strict_fp32").source)
+    verdicts = cuda_verdicts(path, tmp_path / "conv1d_cand.py", "strict_fp32")
+    assert len(verdicts) == 3 and all(v.passed for v in verdicts.values()), {
+        k: v.message for k, v in verdicts.items()
+    }

@@ -592,25 +592,15 @@ def test_the_suites_sdpa_mlp_block_takes_the_flash_kernel_at_each_of_its_shapes_
     """One candidate for the block's three shapes (8, 12 and 16 heads, the views sized from the
     projection at each call): its flash variant at the default config is inside the precision's
     tolerance against float64 at every shape."""
-    from kernelevolve.evaluate.correctness import compare, tolerance_for
-    from kernelevolve.spec import call_get_init_inputs, call_get_inputs, import_spec_module
-    from tests.tuner_interp import load_module
+    from tests.tuner_interp import cuda_verdicts
 
     path = SUITES / "llm" / "sdpa_mlp_block.py"
-    spec = load_spec(path)
     graph = _graph(path)
     template = variants(graph)[0]
     assert "triton-flash" in template, variants(graph)
-    (tmp_path / "cand.py").write_text(generate(graph, template=template, precision=precision).source)
-    cand = load_module(tmp_path / "cand.py", f"sdpa_block_{precision}")
-    module = import_spec_module(path)
-    for shape in spec.shapes:
-        init = call_get_init_inputs(spec, module, shape)
-        torch.manual_seed(0)
-        ref = module.Model(*init).cuda().double()
-        new = cand.ModelNew(*init).cuda()
-        new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
-        (x,) = (t.cuda() for t in call_get_inputs(spec, module, shape))
-        with torch.no_grad():
-            verdict = compare(new(x).double(), ref(x.double()), tolerance_for(torch.float32, precision))
-        assert verdict.passed, (shape.name, verdict.message)
+    cand = tmp_path / f"sdpa_block_{precision}.py"
+    cand.write_text(generate(graph, template=template, precision=precision).source)
+    verdicts = cuda_verdicts(path, cand, precision)
+    assert len(verdicts) == 3 and all(v.passed for v in verdicts.values()), {
+        k: v.message for k, v in verdicts.items()
+    }

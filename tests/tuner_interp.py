@@ -163,6 +163,31 @@ def load_module(path: Path, name: str) -> Any:
     return module
 
 
+def cuda_verdicts(spec_path: Path, candidate: Path, precision: str) -> dict[str, Any]:
+    """Each of the spec's shapes -> the harness's comparison (`correctness.compare`) of the candidate
+    file's ModelNew in float32 against the spec's Model in float64, on CUDA with the reference's
+    weights, built from the shape's params as the harness builds them."""
+    import torch
+
+    from kernelevolve.evaluate.correctness import compare, tolerance_for
+    from kernelevolve.spec import call_get_init_inputs, call_get_inputs, import_spec_module, load_spec
+
+    spec = load_spec(spec_path)
+    module, cand = import_spec_module(spec_path), load_module(candidate, candidate.stem)
+    out = {}
+    for shape in spec.shapes:
+        init = call_get_init_inputs(spec, module, shape)
+        torch.manual_seed(0)
+        ref = module.Model(*init).cuda().double()
+        new = cand.ModelNew(*init).cuda()
+        new.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+        inputs = [t.cuda() for t in call_get_inputs(spec, module, shape)]
+        with torch.no_grad():
+            got, want = new(*inputs), ref(*[t.double() for t in inputs])
+        out[shape.name] = compare(got.double(), want, tolerance_for(torch.float32, precision))
+    return out
+
+
 def on_cuda(spec: Path, candidate: Path, repeat: int) -> tuple[Any, Any]:
     """(got, want): the candidate file's ModelNew in float32 and the spec's Model in float64, on CUDA
     with the reference's weights, on the spec's inputs with their first dim repeated `repeat` times."""

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from kernelevolve.synth.tuner.aten_values import MapperCore, Unsupported, _numel, _Val
-from kernelevolve.synth.tuner.ir import SAME, ConvInfo, OpGraph
+from kernelevolve.synth.tuner.ir import SAME, ConvInfo, OpGraph, per_node
 
 
 class ConvMapping:
@@ -94,24 +94,26 @@ def unify_same_padding(graphs: list[OpGraph]) -> list[OpGraph]:
     each call) and an unknown `in_per_group` where that differs; the graphs as they are otherwise."""
     if len(graphs) < 2:
         return graphs
-    nodes = [[g, *g.stages] for g in graphs]
-    if len({len(n) for n in nodes}) != 1:
-        return graphs
-    for j in range(len(nodes[0])):
-        infos = [n[j].conv for n in nodes]
-        first = infos[0]
-        if first is None or first.transposed or all(c == first for c in infos):
-            continue
-        if any(c is None or replace(c, padding=first.padding, in_per_group=first.in_per_group) != first
-               for c in infos):  # fmt: skip
-            continue
-        if not all(_is_same(c) for c in infos if c is not None):
-            continue
-        per_group = first.in_per_group if all(c.in_per_group == first.in_per_group for c in infos if c) else 0
-        for n, c in zip(nodes, infos, strict=True):
-            assert c is not None
-            n[j] = replace(n[j], conv=replace(c, padding=(SAME,) * c.dims, in_per_group=per_group))
-    return [replace(n[0], stages=n[1:]) if n[1:] else n[0] for n in nodes]
+    return per_node(graphs, _same_padding) or graphs
+
+
+def _same_padding(nodes: list[OpGraph]) -> list[OpGraph]:
+    """One node per shape, its convolution's padding SAME where that is all that differs."""
+    infos = [n.conv for n in nodes]
+    first = infos[0]
+    if first is None or first.transposed or all(c == first for c in infos):
+        return nodes
+    if any(c is None or replace(c, padding=first.padding, in_per_group=first.in_per_group) != first
+           for c in infos):  # fmt: skip
+        return nodes
+    same = [c for c in infos if c is not None]
+    if not all(_is_same(c) for c in same):
+        return nodes
+    per_group = first.in_per_group if all(c.in_per_group == first.in_per_group for c in same) else 0
+    return [
+        replace(n, conv=replace(c, padding=(SAME,) * c.dims, in_per_group=per_group))
+        for n, c in zip(nodes, same, strict=True)
+    ]
 
 
 def _is_same(c: ConvInfo) -> bool:

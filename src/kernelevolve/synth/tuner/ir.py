@@ -65,7 +65,8 @@ candidates that declare tunables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 Pattern = Literal["elementwise", "row", "gemm", "conv", "pool", "pipeline", "scalar", "scan", "arg"]
@@ -271,7 +272,27 @@ class Generated:
     drafts: list[dict[str, int | str]] = field(default_factory=list)
 
 
+def per_node(
+    graphs: list[OpGraph], unify: Callable[[list[OpGraph]], list[OpGraph] | None]
+) -> list[OpGraph] | None:
+    """`graphs` (one per spec shape) rebuilt from `unify` applied to each column of their nodes (the
+    graphs themselves, then each stage in turn: one node per shape); None where their stage counts
+    differ or `unify` gives None for a column. The per-shape rewrites (`shape_consts`, `shape_views`,
+    `aten_conv.unify_same_padding`) walk the graphs so."""
+    nodes = [[g, *g.stages] for g in graphs]
+    if len({len(n) for n in nodes}) != 1:
+        return None
+    out: list[list[OpGraph]] = [[] for _ in graphs]
+    for column in zip(*nodes, strict=True):
+        unified = unify(list(column))
+        if unified is None:
+            return None
+        for k, node in enumerate(unified):
+            out[k].append(node)
+    return [replace(n[0], stages=n[1:]) if n[1:] else n[0] for n in out]
+
+
 __all__ = [
     "ARG_OPS", "ELEMENTWISE_OPS", "REDUCE_OPS", "SCAN_OPS", "TOTAL_OPS", "ConvInfo", "GemmInfo", "Generated", "Op", "OpGraph",
-    "PoolInfo", "ReduceInfo", "TensorArg",
+    "PoolInfo", "ReduceInfo", "TensorArg", "per_node",
 ]  # fmt: skip

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from kernelevolve.synth.tuner.ir import Op, OpGraph, TensorArg
+from kernelevolve.synth.tuner.ir import Op, OpGraph, TensorArg, per_node
 
 POWERS = (1.0, -1.0, 0.5, -0.5)
 REL_TOL = 1e-9
@@ -53,17 +53,7 @@ def unify(graphs: list[OpGraph], arg_shapes: list[list[tuple[int, ...] | None]])
     fits no size at every shape."""
     if len(graphs) < 2:
         return graphs
-    nodes = [[g, *g.stages] for g in graphs]
-    if len({len(n) for n in nodes}) != 1:
-        return None
-    out: list[list[OpGraph]] = [[] for _ in graphs]
-    for column in zip(*nodes, strict=True):
-        unified = _unify_node(list(column), arg_shapes)
-        if unified is None:
-            return None
-        for k, g in enumerate(unified):
-            out[k].append(g)
-    return [replace(node[0], stages=node[1:]) if node[1:] else node[0] for node in out]
+    return per_node(graphs, lambda column: _unify_node(column, arg_shapes))
 
 
 def _unify_node(nodes: list[OpGraph], arg_shapes: list[list[tuple[int, ...] | None]]) -> list[OpGraph] | None:

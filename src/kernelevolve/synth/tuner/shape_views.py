@@ -34,7 +34,7 @@ import re
 from dataclasses import replace
 from fractions import Fraction
 
-from kernelevolve.synth.tuner.ir import OpGraph, TensorArg
+from kernelevolve.synth.tuner.ir import OpGraph, TensorArg, per_node
 
 _SIZE = re.compile(r"r(\d+)")
 
@@ -45,14 +45,7 @@ def unify(graphs: list[OpGraph]) -> list[OpGraph]:
     are (the caller compares the graphs and refuses those that still differ)."""
     if len(graphs) < 2:
         return graphs
-    nodes = [[g, *g.stages] for g in graphs]
-    if len({len(n) for n in nodes}) != 1:
-        return graphs
-    out: list[list[OpGraph]] = [[] for _ in graphs]
-    for column in zip(*nodes, strict=True):
-        for k, node in enumerate(_unify_node(list(column))):
-            out[k].append(node)
-    return [replace(node[0], stages=node[1:]) if node[1:] else node[0] for node in out]
+    return per_node(graphs, _unify_node) or graphs
 
 
 def _unify_node(nodes: list[OpGraph]) -> list[OpGraph]:
