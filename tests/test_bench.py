@@ -686,6 +686,42 @@ def test_a_run_that_raised_is_tried_again_on_the_devices_of_the_resuming_bench(
     assert len(drives) == 2  # done without an error: not run a third time
 
 
+def test_redo_resumes_a_spec_whose_run_is_not_done_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--redo on an interrupted run resumes it (repeating the command never starts it over), and the
+    progress says why; once done, --redo starts a new run."""
+    from kernelevolve import optimize
+    from kernelevolve.search.limits import Limits
+    from kernelevolve.search.policies import SearchConfig
+    from kernelevolve.synth import SynthConfig
+    from tests.conftest import cpu_settings
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    shutil.copy(SPECS / "ew_chain.py", suite / "ew_chain.py")
+    drives: list[str] = []
+
+    def drive(run_id: str, *_: Any, **__: Any) -> Any:
+        drives.append(run_id)
+        if len(drives) == 1:
+            raise KeyboardInterrupt  # Ctrl-C halfway through the first run
+        return {"run_id": run_id, "stop_reason": "candidate budget reached"}
+
+    monkeypatch.setattr(optimize, "drive", drive)
+    args = (SearchConfig(), Limits(budget=2), SynthConfig(name="tuner"))
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_bench(suite, cpu_settings(tmp_path), *args)
+    events: list[tuple[str, dict[str, Any]]] = []
+    runner.run_bench(suite, cpu_settings(tmp_path), *args, redo="ew_chain",
+                     on_event=lambda e, d: events.append((e, d)))  # fmt: skip
+    assert drives[1] == drives[0]  # resumed, not started over
+    (resumed,) = [d for e, d in events if e == "resume"]
+    assert "--redo" in resumed["note"] and "resumes" in resumed["note"]
+    runner.run_bench(suite, cpu_settings(tmp_path), *args, redo="ew_chain")
+    assert len(drives) == 3 and drives[2] != drives[0]  # done: --redo runs it again, in a new run
+
+
 def test_a_resumed_run_evaluates_where_it_is_resumed(tmp_path: Path) -> None:
     from kernelevolve import optimize
     from kernelevolve.cli_search import _placement
@@ -714,6 +750,47 @@ def test_a_resumed_run_evaluates_where_it_is_resumed(tmp_path: Path) -> None:
     assert _placement(None, None) is None
     assert _placement(1, None) == {"device": 1, "devices": "1"}
     assert _placement(None, "2,3") == {"device": 2, "devices": "2,3"}
+
+
+def test_a_run_sealed_under_another_key_is_refused_before_it_spends_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workspace carried to a machine without its seal key (a bare GPU machine, say): resumed there,
+    the run would rank none of its verdicts and spend its budget again; in the 11-28 suites run two
+    specs ended "no correct kernel (tampered 49)" so. It is refused instead, naming both keys and
+    what to do, and resumes once the key is back."""
+    from kernelevolve import optimize
+    from kernelevolve.errors import WorkspaceError
+    from kernelevolve.search.limits import Limits
+    from kernelevolve.search.policies import SearchConfig
+    from kernelevolve.store import seal
+    from kernelevolve.synth import SynthConfig
+    from tests.conftest import cpu_settings
+
+    monkeypatch.setenv("KERNELEVOLVE_SEAL_KEY_FILE", str(tmp_path / "here.key"))
+    settings = cpu_settings(tmp_path)
+    run_id = optimize.start(SPECS / "ew_chain.py", settings, SearchConfig(), Limits(budget=3), SynthConfig())
+    with Workspace.open(settings.workspace) as ws:
+        node = ws.create_node(run_id, None, None, "draft")
+        digest = ws.propose_node(run_id, node, source="KERNEL = 1\n")
+        verdict = {"status": "ok", "correct": True, "fitness": 1.3, "platform": "cpu",
+                   "spec_fingerprint": ws.run(run_id)["spec_fingerprint"], "candidate_hash": digest}  # fmt: skip
+        ws.finish_node(run_id, node, verdict, 1.0)
+        sealed_by = seal.key_id()
+        assert ws.foreign_seals(run_id) == {}
+        optimize.build_engine(ws, run_id)  # its own key: it resumes
+
+        monkeypatch.setenv("KERNELEVOLVE_SEAL_KEY_FILE", str(tmp_path / "elsewhere.key"))
+        assert ws.foreign_seals(run_id) == {sealed_by: 1}
+        with pytest.raises(WorkspaceError) as refused:
+            optimize.build_engine(ws, run_id)
+        said = str(refused.value)
+        assert sealed_by in said and seal.key_id() in said and "KERNELEVOLVE_SEAL_KEY_FILE" in said
+        assert "--redo" in said and [n["status"] for n in ws.nodes(run_id)][-1] == "tampered"
+
+        monkeypatch.setenv("KERNELEVOLVE_SEAL_KEY_FILE", str(tmp_path / "here.key"))  # the key copied along
+        assert ws.foreign_seals(run_id) == {} and ws.nodes(run_id)[-1]["status"] == "ok"
+        optimize.build_engine(ws, run_id)
 
 
 def test_ctrl_c_reaches_the_runs_in_the_bench_threads(tmp_path: Path) -> None:

@@ -63,7 +63,8 @@ def _bench_progress() -> Any:
             )
         elif event in ("start", "resume"):
             verb = "run" if event == "start" else "resuming run"
-            err.print(f"{counter} [bold]{escape(data['name'])}[/]: {verb} {data['run_id']}")
+            note = f" [dim]({escape(data['note'])})[/]" if data.get("note") else ""
+            err.print(f"{counter} [bold]{escape(data['name'])}[/]: {verb} {data['run_id']}{note}")
         elif event == "run_error":
             err.print(
                 f"[red]{counter} {escape(data['name'])}: the run failed: {escape(data['error'][:300])}[/]"

@@ -44,6 +44,7 @@ from kernelevolve.search.limits import Limits
 from kernelevolve.search.policies import SearchConfig
 from kernelevolve.spec import Spec, load_spec
 from kernelevolve.store import Workspace
+from kernelevolve.store.seal import key_id, key_path
 from kernelevolve.synth import SynthConfig, create
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -249,6 +250,15 @@ def build_engine(
         raise SpecError(
             f"{run['spec_path']} changed since run {run_id} started (its fingerprint differs)",
             hint="restore the spec file, or start a new run with `kernelevolve optimize`",
+        )
+    foreign = ws.foreign_seals(run_id)
+    if foreign:  # refuse before anything is spent: its verdicts would all read tampered
+        raise WorkspaceError(
+            f"run {run_id}: {sum(foreign.values())} of its verdicts were sealed under another seal key "
+            f"({', '.join(sorted(foreign))}; this machine's, {key_path()}, is {key_id()}): "
+            "resumed here, it could rank none of them and would spend its budget again",
+            hint="copy the key file that sealed them here and name it in KERNELEVOLVE_SEAL_KEY_FILE, "
+            "or start the run afresh (`kernelevolve optimize`; in a bench, `--redo NAME`)",
         )
     platform = get_platform(run["platform"])
     search = SearchConfig(**{**cfg["search"], "schedule": tuple(cfg["search"]["schedule"])})

@@ -228,8 +228,11 @@ def run_bench(
         with Workspace.open(settings.workspace) as ws:
             item = next(r for r in ws.bench_items(bench_id) if r["path"] == rel)
         info = {"index": i + 1, "total": len(files), "path": rel}
-        if again is not None and again.search(rel) and item["status"] == "done":
-            item = {**item, "status": "redo", "fingerprint": ""}  # done: a new run, not the cached row
+        if again is not None and again.search(rel):
+            if item["status"] == "done":
+                item = {**item, "status": "redo", "fingerprint": ""}  # done: a new run, not the cached row
+            elif item["run_id"]:  # half done: it resumes, or an interrupted redo would start over each time
+                item = {**item, "redo_unfinished": True}
         quick = file_key(path, track, catalogue)
         done = item["status"] == "done" and bool(item["result"]) and not item["error"]
         if done and item["file_key"] == quick and not wants_baselines(item["result"]):
@@ -406,7 +409,9 @@ def _run_one(
                                   status="running", error="")  # fmt: skip
             emit("start", {**info, "name": spec.name, "run_id": run_id})
         else:
-            emit("resume", {**info, "name": spec.name, "run_id": run_id})
+            note = "--redo starts a spec again once its run is done; this one's is not, so it resumes"
+            emit("resume", {**info, "name": spec.name, "run_id": run_id,
+                            **({"note": note} if item.get("redo_unfinished") else {})})  # fmt: skip
         events = _forward(emit, {**info, "name": spec.name})
         summary = jobs.drive(
             run_id, settings.workspace, events, where=jobs.placement(settings), interrupt=interrupt
@@ -421,7 +426,7 @@ def _run_one(
         emit("load_error", {**info, "error": _said(exc)})
         return None
     except KernelevolveError as exc:
-        error = exc.message
+        error = _said(exc)
         result = _failed_row(spec.name, rel, run_id, precision, error)
         emit("run_error", {**info, "name": spec.name, "error": error})
     with Workspace.open(settings.workspace) as ws:

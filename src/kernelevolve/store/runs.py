@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kernelevolve.errors import WorkspaceError
-from kernelevolve.store.seal import SEALED
+from kernelevolve.store.seal import SEALED, key_id
 
 NODE_STATES = ("created", "proposed", "evaluated", "failed")
 RUN_STATUSES = ("running", "done", "stopped", "failed")
@@ -329,6 +329,21 @@ class RunsMixin:
                 row["prompt"] = self._blob_text(prompt_blob)
                 row["response"] = self._blob_text(response_blob)
             out.append(row)
+        return out
+
+    def foreign_seals(self, run_id: str) -> dict[str, int]:
+        """How many of the run's verdicts were sealed under each seal key other than this machine's
+        (key id -> count): a workspace carried here without its key (`store.seal`). Such verdicts
+        read `tampered`: never ranked nor reused, so a resumed run would spend its budget again."""
+        here = key_id()
+        out: dict[str, int] = {}
+        for row in self._rows(
+            "SELECT e.seal FROM nodes n JOIN evaluations e ON e.id = n.evaluation_id WHERE n.run_id = ?",
+            (run_id,),
+        ):
+            sealed_by = str(row["seal"] or "").rpartition(":")[0]
+            if sealed_by and sealed_by != here:
+                out[sealed_by] = out.get(sealed_by, 0) + 1
         return out
 
     def _verdict(self, evaluation_id: int | None, text: str | None) -> dict[str, Any] | None:
