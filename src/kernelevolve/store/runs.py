@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
+from collections import Counter
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kernelevolve.errors import WorkspaceError
-from kernelevolve.store.seal import SEALED, key_id
+from kernelevolve.store.seal import SEALED, foreign
 
 NODE_STATES = ("created", "proposed", "evaluated", "failed")
 RUN_STATUSES = ("running", "done", "stopped", "failed")
@@ -335,16 +336,11 @@ class RunsMixin:
         """How many of the run's verdicts were sealed under each seal key other than this machine's
         (key id -> count): a workspace carried here without its key (`store.seal`). Such verdicts
         read `tampered`: never ranked nor reused, so a resumed run would spend its budget again."""
-        here = key_id()
-        out: dict[str, int] = {}
-        for row in self._rows(
+        rows = self._rows(
             "SELECT e.seal FROM nodes n JOIN evaluations e ON e.id = n.evaluation_id WHERE n.run_id = ?",
             (run_id,),
-        ):
-            sealed_by = str(row["seal"] or "").rpartition(":")[0]
-            if sealed_by and sealed_by != here:
-                out[sealed_by] = out.get(sealed_by, 0) + 1
-        return out
+        )
+        return dict(Counter(k for k in (foreign(row["seal"]) for row in rows) if k))
 
     def _verdict(self, evaluation_id: int | None, text: str | None) -> dict[str, Any] | None:
         # An evaluation is never changed once written, so its parsed verdict is cached like a blob's

@@ -88,7 +88,7 @@ def verify(row: Mapping[str, Any], blob_ok: bool = True) -> str | None:
     if not stored:
         return "it carries no seal (written by something other than kernelevolve's store)"
     sealed_by, _, mac = str(stored).rpartition(":")  # "" for a seal written before the key's id
-    if sealed_by and sealed_by != key_id():
+    if sealed_by not in ("", key_id()):
         return (
             f"it was sealed under another seal key (id {sealed_by}; this machine's, {key_path()}, is "
             f"{key_id()}): copy the key that sealed it here (KERNELEVOLVE_SEAL_KEY_FILE names its file) "
@@ -99,6 +99,13 @@ def verify(row: Mapping[str, Any], blob_ok: bool = True) -> str | None:
     if not blob_ok:
         return "its candidate's blob was replaced after it was judged (the blob no longer hashes to it)"
     return None
+
+
+def foreign(stored: str | None) -> str | None:
+    """The id of the key a stored seal was made with where it is not this machine's key, else None
+    (this key's seal, a seal from before key ids, or none)."""
+    sealed_by = str(stored or "").rpartition(":")[0]
+    return None if sealed_by in ("", key_id()) else sealed_by
 
 
 _REAL = frozenset({"speedup_vs_eager", "speedup_vs_compile", "fitness"})
